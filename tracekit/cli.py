@@ -1,0 +1,83 @@
+"""The `tracekit` command: a thin layer over the Python API.
+
+User errors (InputError) print one line and exit with code 2; nothing else is caught here.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import schema
+from .errors import InputError
+from .loader import find_trace_files, is_dataset, load, write_dataset
+
+stderr = Console(stderr=True)
+stdout = Console()
+
+
+def user_errors(fn):
+    """Turn InputError into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            click.echo(f"tracekit: error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def load_with_progress(paths: tuple[str, ...], rank: int | None = None):
+    """`load` with a progress bar when the input is several files or large."""
+    if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
+        return load(paths)
+    files = find_trace_files(paths)
+    total = sum(f.stat().st_size for f in files)
+    if len(files) == 1 and total < 20_000_000 or not stderr.is_terminal:
+        return load(files, rank=rank)
+    with Progress(TextColumn("reading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
+                  TimeElapsedColumn(), console=stderr, transient=True) as bar:
+        task = bar.add_task("read", total=len(files))
+        return load(files, rank=rank, progress=lambda path, size: bar.advance(task))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracekit")
+def main():
+    """Turn PyTorch profiler traces into answers: tables, SQL, Excel reports, diffs."""
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the Parquet dataset to (one folder per table, rank=N/ partitions).")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
+@user_errors
+def ingest(traces, out_dir, rank, force):
+    """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    tables = load_with_progress(traces, rank)
+    write_dataset(tables, out_dir, force=force)
+    counts = ", ".join(f"{name} {t.num_rows:,}" for name, t in tables.items() if t.num_rows)
+    dropped = sum(tables.diagnostics.column("dropped").to_pylist())
+    stdout.print(f"wrote {out_dir}: ranks {tables.rank_list}; {counts}"
+                 + (f"; {dropped} entries dropped (see diagnostics)" if dropped else ""))
+
+
+@main.command(name="schema")
+@click.option("--markdown", is_flag=True, default=True, help="Print the schema document (docs/schema.md).")
+def schema_command(markdown):
+    """Print the documentation of every table and column."""
+    click.echo(schema.markdown(), nl=False)
+
+
+if __name__ == "__main__":
+    main()

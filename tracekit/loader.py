@@ -1,0 +1,152 @@
+"""Paths → `TraceTables`, and `TraceTables` ↔ a Parquet dataset partitioned by rank."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from . import schema
+from .errors import InputError
+from .ingest import FileTables, file_rank, parse_file, tables_from_file
+from .tables import TraceTables
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+DATASET_MARKER = "_tracekit.json"
+FORMAT_VERSION = 1
+
+Progress = Callable[[Path, int], None]  # called after each file with (path, bytes read)
+
+
+def is_dataset(path: Path) -> bool:
+    return (path / DATASET_MARKER).is_file()
+
+
+def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand directories into the trace files they hold (sorted); check that every path exists."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            if not found:
+                raise InputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
+            files += found
+        elif p.exists():
+            files.append(p)
+        else:
+            raise InputError(f"{p}: no such file or directory")
+    if not files:
+        raise InputError("no trace files given")
+    return files
+
+
+def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
+         progress: Progress | None = None) -> TraceTables:
+    """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables.
+
+    `rank` sets the rank of a single trace file that says nothing about its rank.
+    """
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
+        return read_dataset(Path(paths[0]))
+    files = find_trace_files(paths)
+    if rank is not None and len(files) > 1:
+        raise InputError(f"--rank {rank}: applies to one trace file, but {len(files)} were given")
+
+    parts: list[FileTables] = []
+    unranked = []
+    claimed: dict[int, Path] = {}
+
+    def add(path: Path, part: FileTables):
+        for r in part.tables["ranks"].column("rank").to_pylist():
+            if r in claimed:
+                raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too (pass one rank's files, or --rank)")
+            claimed[r] = path
+        parts.append(part)
+        if progress:
+            progress(path, path.stat().st_size)
+
+    execution_traces = []
+    for path in files:
+        parsed = parse_file(path)
+        if parsed.is_execution_trace:
+            execution_traces.append(path)
+            continue
+        r, source = file_rank(path, parsed, rank)
+        if r is None:
+            unranked.append((path, parsed))
+            continue
+        add(path, tables_from_file(path, r, source, parsed))
+        del parsed
+    next_rank = 0
+    for path, parsed in unranked:
+        while next_rank in claimed:
+            next_rank += 1
+        add(path, tables_from_file(path, next_rank, "file_order", parsed))
+    if not parts:
+        raise InputError(f"{files[0]}: no Kineto trace among the inputs (only Execution Traces)")
+    tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
+                            for name in TraceTables.names()})
+    return attach_execution_traces(tables, execution_traces)
+
+
+def attach_execution_traces(tables: TraceTables, paths: list[Path]) -> TraceTables:
+    """Execution Traces are not read yet: say so in diagnostics rather than dropping them silently."""
+    if not paths:
+        return tables
+    notes = pa.Table.from_pylist([
+        dict(rank=-1, source_file=str(p), position=None, stage="ingest", reason="execution_trace_not_read",
+             detail="Execution Trace files are not read yet", dropped=False, raw=None) for p in paths
+    ], schema=schema.DIAGNOSTICS.arrow_schema)
+    return tables.with_tables(diagnostics=pa.concat_tables([tables.diagnostics, notes]))
+
+
+def concat(name: str, tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables) if tables else schema.empty(name)
+
+
+def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> list[Path]:
+    """Write every table as Parquet under out_dir/TABLE/rank=N/ (hive style). Returns the files written."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        if not force:
+            raise InputError(f"{out_dir}: directory is not empty (use --force to replace a dataset there)")
+        if not is_dataset(out_dir):
+            raise InputError(f"{out_dir}: not empty and not a tracekit dataset; refusing to overwrite it")
+        shutil.rmtree(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{out_dir}: cannot create directory ({exc.strerror})") from None
+    written: list[Path] = []
+    for name, table in tables.items():
+        if table.num_rows == 0:
+            continue
+        table_dir = out_dir / name
+        ds.write_dataset(
+            table, table_dir, format="parquet", partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive"),
+            basename_template="part-{i}.parquet", existing_data_behavior="overwrite_or_ignore",
+            file_visitor=lambda f: written.append(Path(f.path)),
+        )
+    manifest = {"format": "tracekit", "version": FORMAT_VERSION,
+                "tables": {name: t.num_rows for name, t in tables.items()},
+                "ranks": tables.rank_list}
+    (out_dir / DATASET_MARKER).write_text(json.dumps(manifest, indent=1))
+    return written
+
+
+def read_dataset(path: Path) -> TraceTables:
+    loaded = {}
+    for name in TraceTables.names():
+        table_dir = path / name
+        if not table_dir.is_dir():
+            continue
+        table = ds.dataset(table_dir, format="parquet", partitioning="hive").to_table()
+        loaded[name] = schema.conform(name, table)
+    return TraceTables(**loaded)

@@ -1,0 +1,287 @@
+"""Every table tracekit produces, defined once.
+
+Each table is a list of columns with an Arrow type, a unit and a description.
+`docs/schema.md` is generated from this module (`tracekit schema`), and a test
+checks that the two agree. Timestamps and durations are int64 nanoseconds;
+every table carries `rank`, and every key includes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    unit: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+I32, I64, STR, BOOL, F64 = pa.int32(), pa.int64(), pa.string(), pa.bool_(), pa.float64()
+I64_LIST = pa.list_(pa.int64())
+
+
+def _col(name: str, type_: pa.DataType, unit: str, doc: str) -> Column:
+    return Column(name, type_, unit, doc)
+
+
+RANK = _col("rank", I32, "", "Rank (global process index) the row belongs to.")
+ID = _col("id", I64, "", "Position of the entry in its file's `traceEvents` list: stable, unique within the rank.")
+PID = _col("pid", STR, "", "`pid` as written in the trace (integers in decimal; some traces use text such as `Spans`).")
+TID = _col("tid", STR, "", "`tid` as written in the trace (integers in decimal; legacy GPU rows use text such as `stream 7`).")
+TS = _col("ts", I64, "ns", "Start, epoch nanoseconds (`baseTimeNanoseconds` added where the trace is relative), parsed exactly from the JSON text.")
+ARGS = _col("args", STR, "JSON", "The entry's `args` object, byte-for-byte as written in the trace (null when absent).")
+
+EVENTS = Table(
+    "events",
+    "One row per complete (`ph: X`) event: CPU ops, annotations, Python functions, runtime and driver calls, "
+    "GPU kernels, memcpys, memsets, GPU annotations, sync events.",
+    ("rank", "id"),
+    (
+        RANK,
+        ID,
+        _col("kind", STR, "", "Normalised kind: cpu_op, user_annotation, python_function, runtime, driver, kernel, "
+             "memcpy, memset, gpu_annotation, sync, trace, overhead, other (see `KINDS`)."),
+        _col("cat", STR, "", "Category exactly as written in the trace (null when absent)."),
+        _col("name", STR, "", "Event name."),
+        PID,
+        TID,
+        TS,
+        _col("dur", I64, "ns", "Duration in nanoseconds, parsed exactly (null when absent)."),
+        _col("device", I32, "", "GPU device index from `args.device` (never from `pid`)."),
+        _col("stream", I64, "", "GPU stream from `args.stream` (never from `tid`)."),
+        _col("correlation", I64, "", "`args.correlation`: links a runtime/driver call to the GPU work it launched, within a rank."),
+        _col("external_id", I64, "", "`args.External id` (legacy `external id`): links CPU ops to the launches they made."),
+        _col("record_function_id", I64, "", "`args.Record function id`: links to Execution Trace `rf_id`."),
+        _col("sequence_number", I64, "", "`args.Sequence number`: autograd sequence number."),
+        _col("fwd_thread_id", I64, "", "`args.Fwd thread id`: thread of the forward op a backward op belongs to."),
+        _col("input_dims", STR, "JSON", "`args.Input Dims` (legacy `Input dims`) as JSON text: one entry per input, a list of sizes."),
+        _col("input_type", STR, "JSON", "`args.Input type` as JSON text: one dtype or kind string per input."),
+        _col("input_strides", STR, "JSON", "`args.Input Strides` as JSON text."),
+        _col("concrete_inputs", STR, "JSON", "`args.Concrete Inputs` as JSON text: scalar values per input, as strings."),
+        _col("grid", I64_LIST, "", "Kernel grid dimensions [x, y, z]."),
+        _col("block", I64_LIST, "", "Kernel block dimensions [x, y, z]."),
+        _col("bytes", I64, "bytes", "Bytes moved (memcpy) or set (memset)."),
+        _col("collective_name", STR, "", "`args.Collective name` (e.g. allreduce, allgather, send)."),
+        _col("in_msg_nelems", I64, "elements", "`args.In msg nelems`."),
+        _col("out_msg_nelems", I64, "elements", "`args.Out msg nelems`."),
+        _col("dtype", STR, "", "`args.dtype` of a collective."),
+        _col("group_size", I32, "ranks", "`args.Group size` of a collective."),
+        _col("process_group_name", STR, "", "`args.Process Group Name`."),
+        _col("process_group_desc", STR, "", "`args.Process Group Description`."),
+        _col("process_group_ranks", STR, "JSON", "`args.Process Group Ranks` as JSON text."),
+        _col("sync_kind", STR, "", "`args.cuda_sync_kind` of a sync event: Event Sync, Stream Sync, Stream Wait Event, Context Sync."),
+        _col("wait_on_stream", I64, "", "`args.wait_on_stream` of a sync event (-1 or null: not known)."),
+        _col("wait_on_event_correlation", I64, "", "`args.wait_on_cuda_event_record_corr_id`: correlation of the cudaEventRecord waited on."),
+        ARGS,
+    ),
+)
+
+INSTANTS = Table(
+    "instants",
+    "One row per instant (`ph: i` / `I`) event: CPU instant events, iteration markers, memory events.",
+    ("rank", "id"),
+    (RANK, ID, _col("cat", STR, "", "Category as written."), _col("name", STR, "", "Event name."), PID, TID, TS,
+     _col("scope", STR, "", "Instant scope `s` (g, p or t)."), ARGS),
+)
+
+FLOWS = Table(
+    "flows",
+    "One row per flow endpoint (`ph: s`, `f`, `t`): `ac2g` (CPU launch → GPU), `fwdbwd` (forward → backward), "
+    "legacy `async`. Endpoints with the same (rank, cat, flow_id) form one flow.",
+    ("rank", "id"),
+    (RANK, ID, _col("flow_id", I64, "", "Flow `id` (for ac2g, the correlation)."),
+     _col("phase", STR, "", "s (start), t (step) or f (finish)."), _col("cat", STR, "", "Category as written."),
+     _col("name", STR, "", "Flow name."), PID, TID, TS,
+     _col("binding_point", STR, "", "`bp`: e binds to the enclosing slice."), ARGS),
+)
+
+THREADS = Table(
+    "threads",
+    "One row per (rank, pid, tid) named by `ph: M` metadata (`thread_name`, `thread_sort_index`).",
+    ("rank", "pid", "tid"),
+    (RANK, PID, TID, _col("thread_name", STR, "", "`thread_name` metadata."),
+     _col("sort_index", I64, "", "`thread_sort_index` metadata."),
+     _col("source_entries", I32, "entries", "How many `traceEvents` entries this row was built from.")),
+)
+
+PROCESSES = Table(
+    "processes",
+    "One row per (rank, pid) described by `ph: M` metadata (`process_name`, `process_labels`, `process_sort_index`).",
+    ("rank", "pid"),
+    (RANK, PID, _col("process_name", STR, "", "`process_name` metadata."),
+     _col("labels", STR, "", "`process_labels` metadata."), _col("sort_index", I64, "", "`process_sort_index` metadata."),
+     _col("source_entries", I32, "entries", "How many `traceEvents` entries this row was built from.")),
+)
+
+RANKS = Table(
+    "ranks",
+    "One row per rank: where it came from and what the trace says about the job and the device.",
+    ("rank",),
+    (
+        RANK,
+        _col("source_file", STR, "", "Path of the trace file the rank was read from."),
+        _col("rank_source", STR, "", "Where the rank number came from: option, distributedInfo, event_args, file_name, file_order."),
+        _col("world_size", I32, "ranks", "`distributedInfo.world_size`."),
+        _col("backend", STR, "", "`distributedInfo.backend` (nccl, gloo, ...)."),
+        _col("pg_config", STR, "JSON", "`distributedInfo.pg_config`: process groups."),
+        _col("device_name", STR, "", "Name of the GPU the rank's kernels ran on (from `deviceProperties`)."),
+        _col("device_properties", STR, "JSON", "`deviceProperties` as JSON text."),
+        _col("base_time_ns", I64, "ns", "`baseTimeNanoseconds` (0 when the trace uses absolute timestamps)."),
+        _col("schema_version", STR, "", "`schemaVersion`."),
+        _col("trace_metadata", STR, "JSON", "Every other top-level key of the trace file, as one JSON object."),
+        _col("trace_entries", I64, "entries", "Length of the file's `traceEvents` list (all ranks of a merged file)."),
+    ),
+)
+
+DIAGNOSTICS = Table(
+    "diagnostics",
+    "What tracekit could not use or had to resolve, and why. An input entry that became no row anywhere has "
+    "`dropped = true`; `raw` keeps it.",
+    ("rank", "source_file", "position"),
+    (
+        _col("rank", I32, "", "Rank concerned (null when not known)."),
+        _col("source_file", STR, "", "File concerned."),
+        _col("position", I64, "", "Position in `traceEvents` (null for file-level notes); equals `events.id` for events."),
+        _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et."),
+        _col("reason", STR, "", "Short machine-readable reason (e.g. unknown_phase, bad_timestamp, no_launcher)."),
+        _col("detail", STR, "", "Human-readable explanation."),
+        _col("dropped", BOOL, "", "True when the entry became no row in any table."),
+        _col("raw", STR, "JSON", "The entry as JSON text, when it was dropped."),
+    ),
+)
+
+EDGES = Table(
+    "edges",
+    "The dependency graph over `events` (and, for et_* kinds, `et_nodes`). `src` and `dst` are ids within the same rank.",
+    ("rank", "src", "dst", "kind"),
+    (
+        RANK,
+        _col("src", I64, "", "Source id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
+        _col("dst", I64, "", "Destination id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
+        _col("kind", STR, "", "nest, launch, stream, sync, flow, et_ctrl, et_data (see docs)."),
+        _col("subkind", STR, "", "Refinement: for sync the sync kind; for launch `graph` when one call ran many kernels."),
+        _col("lag", I64, "ns", "dst.ts − src end for launch/stream/sync edges (launch delay, stream gap, wait)."),
+    ),
+)
+
+ET_NODES = Table(
+    "et_nodes",
+    "One row per Execution Trace node (an op recorded by ExecutionTraceObserver).",
+    ("rank", "id"),
+    (
+        RANK,
+        _col("id", I64, "", "ET node id."),
+        _col("parent", I64, "", "Parent node id (control dependency)."),
+        _col("name", STR, "", "Op name."),
+        _col("op_schema", STR, "", "Op schema string, where recorded."),
+        _col("rf_id", I64, "", "Record function id (links to `events.record_function_id`); null in schema 1.0.1."),
+        _col("pid", STR, "", "Process id."),
+        _col("tid", I64, "", "Thread id as recorded by the ET (`tid` attribute)."),
+        _col("seq_id", I64, "", "Autograd sequence id."),
+        _col("fw_parent", I64, "", "Forward parent node id for backward ops."),
+        _col("event_id", I64, "", "Linked Kineto event (`events.id`), null if unlinked."),
+        _col("link_method", STR, "", "How it linked: rf_id, name_order, or null."),
+        _col("inputs", STR, "JSON", "Input tensor/value descriptors as JSON text."),
+        _col("outputs", STR, "JSON", "Output descriptors as JSON text."),
+        _col("attrs", STR, "JSON", "All remaining attributes as JSON text."),
+    ),
+)
+
+ET_TENSORS = Table(
+    "et_tensors",
+    "One row per (ET node, input or output tensor): the tensor uses that data dependencies are built from.",
+    ("rank", "node", "direction", "position"),
+    (
+        RANK,
+        _col("node", I64, "", "ET node id."),
+        _col("direction", STR, "", "input or output."),
+        _col("position", I32, "", "Index in the node's inputs or outputs."),
+        _col("tensor_id", I64, "", "Tensor id (unique id of the tensor object)."),
+        _col("storage_id", I64, "", "Storage id."),
+        _col("offset", I64, "elements", "Storage offset."),
+        _col("numel", I64, "elements", "Number of elements."),
+        _col("elem_bytes", I64, "bytes", "Bytes per element."),
+        _col("device", STR, "", "Device string."),
+        _col("shape", STR, "JSON", "Shape as JSON text."),
+        _col("dtype", STR, "", "Element type."),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, INSTANTS, FLOWS, THREADS, PROCESSES, RANKS, DIAGNOSTICS, EDGES, ET_NODES, ET_TENSORS)}
+
+# Tables whose rows are built one-for-one (or by `source_entries`) from `traceEvents` entries.
+TRACE_ENTRY_TABLES = ("events", "instants", "flows", "threads", "processes")
+
+KINDS = {
+    "cpu_op": "An operator (aten::, user ops). Legacy category `Operator`.",
+    "user_annotation": "A `record_function` range, e.g. ProfilerStep#N.",
+    "python_function": "A Python function frame (with_stack).",
+    "runtime": "A CUDA/HIP/MTIA runtime call on the host (cudaLaunchKernel, hipMemcpyAsync...). Legacy `Runtime`.",
+    "driver": "A CUDA driver API call (cuLaunchKernel...).",
+    "kernel": "A GPU kernel. Legacy `Kernel`; MTIA `mtia_ccp_events`.",
+    "memcpy": "A GPU memory copy. Legacy `Memcpy`.",
+    "memset": "A GPU memory set. Legacy `Memset`.",
+    "gpu_annotation": "A user annotation projected on the GPU timeline.",
+    "sync": "A CUDA synchronisation event (`cuda_sync`, recorded with enable_cuda_sync_events).",
+    "trace": "The profiler's own span (category `Trace`).",
+    "overhead": "Profiler overhead spans.",
+    "other": "A category tracekit does not know; `cat` keeps it.",
+}
+
+GPU_KINDS = ("kernel", "memcpy", "memset")
+
+
+def empty(table: str) -> pa.Table:
+    return TABLES[table].arrow_schema.empty_table()
+
+
+def conform(table: str, data: pa.Table) -> pa.Table:
+    """Cast `data` to the table's schema, in column order (columns it lacks become nulls)."""
+    schema = TABLES[table].arrow_schema
+    n = data.num_rows
+    arrays = [
+        data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(n, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def markdown() -> str:
+    """The schema document (docs/schema.md)."""
+    lines = [
+        "# tracekit tables",
+        "",
+        "Generated from `tracekit/schema.py` by `tracekit schema`; a test keeps the two in step.",
+        "Timestamps and durations are int64 nanoseconds. Every table carries `rank`, and every key includes it.",
+        "",
+    ]
+    for t in TABLES.values():
+        lines += [f"## `{t.name}`", "", t.doc, "", f"Key: ({', '.join(t.key)})", "",
+                  "| column | type | unit | meaning |", "|---|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.columns]
+        lines.append("")
+    lines += ["## Event kinds", "", "| kind | meaning |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in KINDS.items()]
+    lines.append("")
+    return "\n".join(lines)
