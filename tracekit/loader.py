@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from . import schema
+from .edges import build_edges
 from .errors import InputError
 from .ingest import FileTables, file_rank, parse_file, tables_from_file
 from .tables import TraceTables
@@ -45,10 +46,11 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
-         progress: Progress | None = None) -> TraceTables:
+         progress: Progress | None = None, edges: bool = True) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables.
 
-    `rank` sets the rank of a single trace file that says nothing about its rank.
+    `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
+    dependency graph is built too; an ingested dataset already holds it.
     """
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
@@ -91,7 +93,8 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
         raise InputError(f"{files[0]}: no Kineto trace among the inputs (only Execution Traces)")
     tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
                             for name in TraceTables.names()})
-    return attach_execution_traces(tables, execution_traces)
+    tables = attach_execution_traces(tables, execution_traces)
+    return build_edges(tables) if edges else tables
 
 
 def attach_execution_traces(tables: TraceTables, paths: list[Path]) -> TraceTables:

@@ -1,0 +1,99 @@
+"""Run the analyses in `queries/*.sql` over `TraceTables` in embedded DuckDB.
+
+Each query file starts with a header of `-- key: value` comment lines:
+
+    -- question: Where does GPU time go, per rank?
+    -- inputs: events, edges
+    -- columns:
+    --   rank: rank
+    --   busy_ms: ms, time at least one GPU op runs
+    -- notes: free text (definitions, deliberate differences from other tools)
+
+Python only orchestrates: it loads the text, registers the tables and returns the result.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from .tables import TraceTables
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def queries_dir() -> Path:
+    """`queries/` beside the package in a checkout, or the copy inside an installed wheel."""
+    for candidate in (PACKAGE_DIR.parent / "queries", PACKAGE_DIR / "_queries"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("queries/ not found next to the tracekit package")
+
+
+@dataclass(frozen=True)
+class Query:
+    name: str
+    sql: str
+    question: str
+    inputs: tuple[str, ...]
+    columns: dict[str, str]  # column → "unit, meaning"
+    notes: str
+
+
+HEADER_LINE = re.compile(r"^--\s?(.*)$")
+
+
+def parse_header(name: str, text: str) -> Query:
+    fields: dict[str, str] = {}
+    columns: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        match = HEADER_LINE.match(line)
+        if not match:
+            break
+        body = match.group(1)
+        if body.startswith("  ") and current == "columns":
+            col, _, desc = body.strip().partition(":")
+            columns[col.strip()] = desc.strip()
+            continue
+        key, sep, value = body.partition(":")
+        if sep and re.fullmatch(r"[a-z_]+", key.strip()):
+            current = key.strip()
+            fields[current] = value.strip()
+        elif current:
+            fields[current] = (fields[current] + " " + body.strip()).strip()
+    missing = {"question", "inputs", "columns"} - fields.keys()
+    if missing:
+        raise ValueError(f"queries/{name}.sql: header lacks {sorted(missing)}")
+    inputs = tuple(t.strip() for t in fields["inputs"].split(",") if t.strip())
+    return Query(name, text, fields["question"], inputs, columns, fields.get("notes", ""))
+
+
+@cache
+def load_query(name: str) -> Query:
+    path = queries_dir() / f"{name}.sql"
+    return parse_header(name, path.read_text())
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in queries_dir().glob("*.sql"))
+
+
+def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
+    """The result of queries/NAME.sql over `tables`."""
+    query = load_query(name)
+    if con is not None:
+        return con.sql(query.sql).pl()
+    with tables.connect() as fresh:
+        return fresh.sql(query.sql).pl()
+
+
+def run_all(tables: TraceTables, names: list[str] | None = None) -> dict[str, pl.DataFrame]:
+    """Several analyses over one connection (tables registered once)."""
+    with tables.connect() as con:
+        return {name: run(tables, name, con) for name in (names or available())}
