@@ -81,19 +81,38 @@ def load_query(name: str) -> Query:
 
 
 def available() -> list[str]:
-    return sorted(p.stem for p in queries_dir().glob("*.sql"))
+    return sorted(p.stem for p in queries_dir().glob("*.sql") if not p.stem.startswith("_"))
+
+
+@cache
+def preludes() -> str:
+    """The text of every `_*.sql` prelude (macros shared by the analyses), in name order."""
+    return "\n".join(p.read_text() for p in sorted(queries_dir().glob("_*.sql")))
+
+
+def connect(tables: TraceTables) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every table registered and the shared macros defined."""
+    con = tables.connect()
+    con.execute(preludes())
+    return con
+
+
+def sql(tables: TraceTables, query: str) -> pl.DataFrame:
+    """Ad-hoc SQL over the tables, with the shared macros available."""
+    with connect(tables) as con:
+        return con.sql(query).pl()
 
 
 def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
-    """The result of queries/NAME.sql over `tables`."""
+    """The result of queries/NAME.sql over `tables` (on `con` when given: one made by `connect`)."""
     query = load_query(name)
     if con is not None:
         return con.sql(query.sql).pl()
-    with tables.connect() as fresh:
+    with connect(tables) as fresh:
         return fresh.sql(query.sql).pl()
 
 
 def run_all(tables: TraceTables, names: list[str] | None = None) -> dict[str, pl.DataFrame]:
-    """Several analyses over one connection (tables registered once)."""
-    with tables.connect() as con:
+    """Several analyses over one connection (tables registered and macros defined once)."""
+    with connect(tables) as con:
         return {name: run(tables, name, con) for name in (names or available())}
