@@ -276,7 +276,7 @@ def test_slow_kernel_factor(tmp_path):
     assert ts["ranks"][0]["kernels"][name]["total_ns"] > tb["ranks"][0]["kernels"][name]["total_ns"]
 
 
-def test_scale_multiplies_ops(tmp_path):
+def test_scale_multiplies_ops():
     small = synth.synthesize(synth.SynthConfig(ranks=1, steps=1, scale=1))
     large = synth.synthesize(synth.SynthConfig(ranks=1, steps=1, scale=3))
     n_small = small.ground_truth["ranks"][0]["events_by_kind"]["kernel"]

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import schema
+from . import synth as synthetic
 from .errors import InputError
 from .loader import find_trace_files, is_dataset, load, write_dataset
 
@@ -93,8 +94,6 @@ def ingest(traces, out_dir, rank, force):
 @user_errors
 def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
-    from . import synth as synthetic
-
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
                                merged=merged, gzip=gzip_output)

@@ -877,12 +877,15 @@ def rank_truth(sim: RankSim, entries: list[dict]) -> dict:
         return BASE_TIME_NS + ns
 
     shape = Counter((e["ph"], e.get("cat")) for e in entries)
+    kinds = Counter()
+    for (ph, cat), n in shape.items():
+        if ph == "X":
+            kinds[KIND_OF_CATEGORY[cat]] += n
     return {
         "rank": sim.rank,
         "device": sim.device,
         "trace_entries": len(entries),
-        "events_by_kind": dict(sorted(Counter({KIND_OF_CATEGORY[cat]: n for (ph, cat), n in shape.items()
-                                               if ph == "X"}).items())),
+        "events_by_kind": dict(sorted(kinds.items())),
         "flows": {f"{cat} {ph}": n for (ph, cat), n in sorted(shape.items()) if ph in ("s", "f")},
         "metadata": shape[("M", None)],
         "steps": [{"name": s["name"], "start_ns": epoch(s["start"]), "end_ns": epoch(s["end"]),
