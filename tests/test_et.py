@@ -118,6 +118,14 @@ def test_both_layouts_give_the_same_inputs_form():
     assert "fw_tid" in json.loads(old["attrs"][0])
 
 
+def test_file_header_is_kept_in_diagnostics():
+    tables = tracekit.load(shared_trace("multirank/dlrm_8ranks_v100/et_rank4.json.gz"))
+    note = tables.polars("diagnostics").filter(pl.col("reason") == "et_file").row(0, named=True)
+    assert note["rank"] == 4 and "rank from file_name" in note["detail"]
+    header = json.loads(note["detail"].split("; header ", 1)[1])
+    assert header["schema"] == "1.0.1" and header["pid"] == 59815 and "nodes" not in header
+
+
 def test_unknown_keys_and_bad_nodes_are_kept_or_reported(tmp_path):
     nodes = [
         {"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "parent": 1, "tid": 0, "inputs": [],
@@ -143,6 +151,18 @@ def test_unknown_keys_and_bad_nodes_are_kept_or_reported(tmp_path):
     assert diag.filter(pl.col("reason") == "et_bad_tensor").height == 1
     data = tables.polars("edges").filter(pl.col("kind") == "et_data")
     assert data.select("src", "dst").rows() == [(2, 5)]
+
+
+def test_missing_parent_is_reported(tmp_path):
+    nodes = [{"id": 1, "name": "root", "parent": 1}, {"id": 2, "name": "a", "parent": 1},
+             {"id": 3, "name": "b", "parent": 99}]
+    path = tmp_path / "et.json"
+    path.write_text(json.dumps({"schema": "1.0.1", "pid": 7, "nodes": nodes}))
+    tables = tracekit.load(path)
+    assert tables.polars("edges").filter(pl.col("kind") == "et_ctrl").select("src", "dst").rows() == [(1, 2)]
+    note = tables.polars("diagnostics").filter(pl.col("reason") == "et_missing_parent")
+    assert note["detail"].to_list() == ["1 nodes name a parent that is not in the Execution Trace, e.g. node 3 (parent 99)"]
+    assert note["source_file"].to_list() == [str(path)]
 
 
 # --------------------------------------------------------------------------- ranks

@@ -21,14 +21,15 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import msgspec
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import analyses, schema
 from .errors import InputError
-from .ingest import RANK_FILE_PATTERN, ParsedFile, parse_file
+from .ingest import RANK_FILE_PATTERN, ParsedFile, parse_file, raw_text
 from .tables import TraceTables
 
 LINKABLE_KINDS = ("cpu_op", "user_annotation")
@@ -36,7 +37,7 @@ LINKABLE_KINDS = ("cpu_op", "user_annotation")
 # --------------------------------------------------------------------------- decoding
 
 
-class Attr(msgspec.Struct):
+class Attr(msgspec.Struct, gc=False):
     """One entry of a 1.1.x node's `attrs` list."""
 
     name: str
@@ -44,7 +45,7 @@ class Attr(msgspec.Struct):
     type: str | None = None
 
 
-class Node(msgspec.Struct, forbid_unknown_fields=True):
+class Node(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """Every key either layout writes; a node with any other key is decoded by `_lenient_node`, which keeps it."""
 
     id: int | None = None
@@ -67,13 +68,16 @@ class Node(msgspec.Struct, forbid_unknown_fields=True):
     attrs: list[Attr] | None = None
 
 
-class Values(msgspec.Struct):
-    """A node's inputs or outputs in the common {values, shapes, types, strides} form."""
+class Values(msgspec.Struct, gc=False):
+    """A node's inputs or outputs in the common {values, shapes, types, strides} form, values left as JSON text."""
 
-    values: list[Any] = []
-    shapes: list[Any] = []
+    values: list[msgspec.Raw] = []
+    shapes: list[msgspec.Raw] = []
     types: list[Any] = []
-    strides: list[Any] | None = None
+    strides: list[msgspec.Raw] | None = None
+
+
+TensorValue = tuple[int, int, int, int, int, str]  # [tensor_id, storage_id, offset, numel, elem_bytes, device]
 
 
 NODE_TYPES = {f.name: f.type for f in msgspec.structs.fields(Node)}
@@ -85,6 +89,8 @@ _NODES = msgspec.json.Decoder(list[Node])
 _RAW_NODES = msgspec.json.Decoder(list[msgspec.Raw])
 _VALUES_LIST = msgspec.json.Decoder(list[Values])
 _VALUES = msgspec.json.Decoder(Values)
+_TENSOR_VALUES = msgspec.json.Decoder(list[TensorValue])
+_TENSOR_VALUE = msgspec.json.Decoder(TensorValue)
 _ANY = msgspec.json.Decoder()
 _encode = msgspec.json.encode
 
@@ -135,28 +141,32 @@ def _lenient_node(raw: msgspec.Raw) -> tuple[Node | None, dict[str, Any], str | 
 
 
 def _io_text(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> bytes:
-    """1.0.1 parallel lists → the 1.1.x {values, shapes, types} object text."""
-    return b'{"values":%s,"shapes":%s,"types":%s}' % (bytes(values) or b"[]", bytes(shapes) or b"[]",
-                                                       bytes(types) or b"[]")
+    """Inputs or outputs as {values, shapes, types[, strides]} text: 1.1.x objects as written, 1.0.1's parallel
+    lists put together."""
+    text = bytes(values)
+    if text[:1] == b"{":
+        return text
+    return b'{"values":%s,"shapes":%s,"types":%s}' % (text or b"[]", bytes(shapes) or b"[]", bytes(types) or b"[]")
 
 
 def _node_row(node: Node, extra: dict[str, Any]) -> tuple:
-    """(parent, rf_id, fw_parent, seq_id, tid, op_schema, inputs, outputs, attrs) of one node."""
+    """(parent, rf_id, fw_parent, seq_id, tid, op_schema, inputs, outputs, attrs) of one node, either layout."""
+    attrs = {k: v for k in FLAT_EXTRA_FIELDS if (v := getattr(node, k)) is not None}
     if node.attrs is not None:  # 1.1.x
-        attrs = {a.name: a.value for a in node.attrs}
-        promoted = {k: attrs.pop(k) for k, kind in PROMOTED_ATTRS.items()
-                    if isinstance(attrs.get(k), kind) and not isinstance(attrs.get(k), bool)}
-        parent = node.ctrl_deps if node.ctrl_deps is not None else node.parent
-        inputs, outputs = bytes(node.inputs) or None, bytes(node.outputs) or None
-    else:  # 1.0.1
-        attrs = {k: getattr(node, k) for k in FLAT_EXTRA_FIELDS if getattr(node, k) is not None}
-        promoted = {k: getattr(node, k) for k in PROMOTED_ATTRS}
-        parent = node.parent if node.parent is not None else node.ctrl_deps
-        inputs = _io_text(node.inputs, node.input_shapes, node.input_types)
-        outputs = _io_text(node.outputs, node.output_shapes, node.output_types)
+        attrs.update((a.name, a.value) for a in node.attrs)
+    promoted = {}
+    for key, kind in PROMOTED_ATTRS.items():
+        value = attrs.get(key)
+        if isinstance(value, kind) and not isinstance(value, bool):
+            promoted[key] = attrs.pop(key)
+        else:  # a flat 1.0.1 key (None when absent)
+            promoted[key] = getattr(node, key)
+    parent = node.ctrl_deps if node.ctrl_deps is not None else node.parent
     attrs.update(extra)
-    return (parent, promoted.get("rf_id"), promoted.get("fw_parent"), promoted.get("seq_id"), promoted.get("tid"),
-            promoted.get("op_schema"), inputs, outputs, _encode(attrs).decode() if attrs else None)
+    return (parent, promoted["rf_id"], promoted["fw_parent"], promoted["seq_id"], promoted["tid"],
+            promoted["op_schema"], _io_text(node.inputs, node.input_shapes, node.input_types),
+            _io_text(node.outputs, node.output_shapes, node.output_types),
+            _encode(attrs).decode() if attrs else None)
 
 
 # --------------------------------------------------------------------------- tensors
@@ -180,20 +190,10 @@ def list_element_types(type_: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
-def is_tensor_value(value) -> bool:
-    """[tensor_id, storage_id, offset, numel, elem_bytes, device]."""
-    return (isinstance(value, list) and len(value) == 6 and all(type(v) is int for v in value[:5])
-            and isinstance(value[5], str))
-
-
-def tensor_leaves(value, type_: str, shape, stride, out: list, bad: list):
-    """Append (value, dtype, shape, stride) for every tensor in a value, descending into lists."""
+def list_leaves(value, type_: str, shape, stride, out: list):
+    """(value, dtype, shape, stride) of every tensor inside a decoded GenericList value, depth-first."""
     if type_.startswith("Tensor"):
-        if is_tensor_value(value):
-            dtype = type_[7:-1] if type_.startswith("Tensor(") else None
-            out.append((value, dtype, shape, stride))
-        else:
-            bad.append(type_)
+        out.append((value, tensor_dtype(type_), shape, stride))
     elif type_.startswith("GenericList[") and isinstance(value, list):
         types = list_element_types(type_)
         shapes = shape if isinstance(shape, list) else []
@@ -201,19 +201,36 @@ def tensor_leaves(value, type_: str, shape, stride, out: list, bad: list):
         for k, element in enumerate(value):
             element_type = types[k] if k < len(types) else (types[-1] if types else "")
             if "Tensor" in element_type:
-                tensor_leaves(element, element_type, shapes[k] if k < len(shapes) else None,
-                              strides[k] if k < len(strides) else None, out, bad)
+                list_leaves(element, element_type, shapes[k] if k < len(shapes) else None,
+                            strides[k] if k < len(strides) else None, out)
 
 
-TENSOR_COLUMNS = ("node", "direction", "position", "element", "tensor_id", "storage_id", "offset", "numel",
-                  "elem_bytes", "device", "shape", "strides", "dtype")
+def tensor_dtype(type_: str) -> str | None:
+    return type_[7:-1] if type_.startswith("Tensor(") else None
+
+
+def _item(items: list[msgspec.Raw] | None, position: int) -> msgspec.Raw | bytes:
+    return items[position] if items is not None and position < len(items) else b""
 
 
 def tensor_rows(node_ids: list[int], inputs: list[bytes | None], outputs: list[bytes | None]
-                ) -> tuple[dict[str, list], list[tuple[int, str]]]:
-    """One row per tensor among each node's inputs and outputs; [(node id, problem)] for what did not fit."""
-    columns: dict[str, list] = {c: [] for c in TENSOR_COLUMNS}
+                ) -> tuple[pa.Table, list[tuple[int, str]]]:
+    """One row per tensor among each node's inputs and outputs; [(node id, problem)] for what did not fit.
+
+    Python only walks the argument types; the tensor tuples of all nodes are decoded by one msgspec call and
+    shapes / strides are kept as the JSON text they were written as. Lists of tensors (rare) are decoded and walked.
+    """
+    keys: dict[str, list] = {"node": [], "direction": [], "position": [], "element": [], "dtype": []}
+    values, shapes, strides = [], [], []
     problems: list[tuple[int, str]] = []
+
+    def add(node, direction, position, element, dtype, value, shape, stride):
+        for column, item in zip(keys.values(), (node, direction, position, element, dtype)):
+            column.append(item)
+        values.append(value)
+        shapes.append(shape)
+        strides.append(stride)
+
     for direction, texts in (("input", inputs), ("output", outputs)):
         blob = b"[" + b",".join(t or b"{}" for t in texts) + b"]"
         try:
@@ -227,27 +244,43 @@ def tensor_rows(node_ids: list[int], inputs: list[bytes | None], outputs: list[b
                     decoded.append(Values())
                     problems.append((node, f"{direction}s not readable: {exc}"))
         for node, io in zip(node_ids, decoded):
-            for position, (value, type_) in enumerate(zip(io.values, io.types)):
-                if not isinstance(type_, str) or "Tensor" not in type_:
+            for position, type_ in enumerate(io.types):
+                if type(type_) is not str or "Tensor" not in type_:
                     continue
-                leaves, bad = [], []
-                shape = io.shapes[position] if position < len(io.shapes) else None
-                stride = io.strides[position] if io.strides is not None and position < len(io.strides) else None
-                tensor_leaves(value, type_, shape, stride, leaves, bad)
-                if bad:
-                    problems.append((node, f"{direction} {position} of type {type_} holds a value that is not "
-                                           f"[tensor_id, storage_id, offset, numel, elem_bytes, device]"))
-                direct = type_.startswith("Tensor")
+                value = _item(io.values, position)
+                if type_.startswith("Tensor"):
+                    add(node, direction, position, None, tensor_dtype(type_), value, _item(io.shapes, position),
+                        _item(io.strides, position))
+                    continue
+                leaves = []
+                shape, stride = _item(io.shapes, position), _item(io.strides, position)
+                list_leaves(_ANY.decode(value) if value else None, type_, _ANY.decode(shape) if shape else None,
+                            _ANY.decode(stride) if stride else None, leaves)
                 for element, (v, dtype, shape_, stride_) in enumerate(leaves):
-                    for column, item in zip(TENSOR_COLUMNS, (
-                            node, direction, position, None if direct else element, *v, _json(shape_),
-                            _json(stride_), dtype)):
-                        columns[column].append(item)
-    return columns, problems
+                    add(node, direction, position, element, dtype, _encode(v),
+                        b"" if shape_ is None else _encode(shape_), b"" if stride_ is None else _encode(stride_))
 
-
-def _json(value) -> str | None:
-    return None if value is None else _encode(value).decode()
+    try:
+        tensors = _TENSOR_VALUES.decode(b"[" + b",".join(bytes(v) or b"null" for v in values) + b"]")
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        tensors = []
+        for row, value in enumerate(values):
+            try:
+                tensors.append(_TENSOR_VALUE.decode(value or b"null"))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                tensors.append((None,) * 6)
+                problems.append((keys["node"][row], f"{keys['direction'][row]} {keys['position'][row]} holds a value "
+                                 f"that is not [tensor_id, storage_id, offset, numel, elem_bytes, device]"))
+    fields = schema.ET_TENSORS.arrow_schema
+    tensor_columns = list(zip(*tensors)) if tensors else [()] * 6
+    table = pa.table({
+        **{c: pa.array(v, fields.field(c).type) for c, v in keys.items()},
+        **{c: pa.array(v, fields.field(c).type) for c, v in zip(
+            ("tensor_id", "storage_id", "offset", "numel", "elem_bytes", "device"), tensor_columns)},
+        "shape": raw_text(shapes),
+        "strides": raw_text(strides),
+    })
+    return table.filter(pc.is_valid(table.column("tensor_id"))), problems
 
 
 # --------------------------------------------------------------------------- one file → tables
@@ -273,13 +306,12 @@ def read_execution_trace(parsed: ParsedFile, rank: int) -> dict[str, pa.Table]:
         "tid": pa.array(tid, pa.int64()),
         "seq_id": pa.array(seq_id, pa.int64()),
         "fw_parent": pa.array(fw_parent, pa.int64()),
-        "inputs": pa.array([None if t is None else t.decode() for t in inputs], pa.string()),
-        "outputs": pa.array([None if t is None else t.decode() for t in outputs], pa.string()),
+        "inputs": raw_text(inputs),
+        "outputs": raw_text(outputs),
         "attrs": pa.array(attrs, pa.string()),
     })
     tensors, tensor_problems = tensor_rows(ids, list(inputs), list(outputs))
-    et_tensors = pa.table({"rank": pa.array([rank] * len(tensors["node"]), pa.int32()),
-                           **{c: pa.array(v, schema.ET_TENSORS.arrow_schema.field(c).type) for c, v in tensors.items()}})
+    et_tensors = tensors.append_column("rank", pa.array(np.full(tensors.num_rows, rank, dtype=np.int32)))
 
     raws = _RAW_NODES.decode(parsed.entries) if any(n is None for n in nodes) else None
     notes = [dict(position=p, reason="et_bad_node", detail=problem, dropped=nodes[p] is None,
@@ -349,16 +381,20 @@ def attach_execution_traces(tables: TraceTables, traces: list[ParsedFile | Path]
                              f"(name ET files like et_rank3.json)")
         sources[rank] = str(parsed.path)
         parts.append(read_execution_trace(parsed, rank))
-        if how != "file_name":
-            notes.append(dict(rank=rank, source_file=str(parsed.path), position=None, stage="et", reason="et_rank",
-                              detail=f"Execution Trace given rank {rank} ({how})", dropped=False, raw=None))
+        # The file's own header (schema, pid, time, start_ts, finish_ts) is kept here, with where its rank came from.
+        header = "{" + ",".join(f"{_encode(k).decode()}:{bytes(v).decode()}" for k, v in parsed.top.items()) + "}"
+        notes.append(dict(rank=rank, source_file=str(parsed.path), position=None, stage="et", reason="et_file",
+                          detail=f"Execution Trace read as rank {rank} (rank from {how}); header {header}",
+                          dropped=False, raw=None))
     notes_table = pa.Table.from_pylist(notes, schema=schema.DIAGNOSTICS.arrow_schema)
     read = tables.with_tables(**{name: pa.concat_tables([getattr(tables, name)] + [p[name] for p in parts])
                                  for name in ("et_nodes", "et_tensors")},
                               diagnostics=pa.concat_tables([tables.diagnostics, notes_table]
                                                            + [p["diagnostics"] for p in parts]))
     linked = link_events(read, sources)
-    return linked.with_tables(edges=pa.concat_tables([linked.edges, et_edges(linked)]))
+    edges, edge_notes = et_edges(linked)
+    return linked.with_tables(edges=pa.concat_tables([linked.edges, edges]),
+                              diagnostics=pa.concat_tables([linked.diagnostics, stage_notes(edge_notes, sources)]))
 
 
 # --------------------------------------------------------------------------- linking
@@ -495,12 +531,16 @@ def link_events(tables: TraceTables, sources: dict[int, str] | None = None) -> T
             link_frame, on=["rank", "id"], how="left", maintain_order="left")
         con.register("et_nodes", nodes.to_arrow())
         notes.append(con.sql(LINK_NOTES_SQL).pl())
-    note_frame = pl.concat(notes).with_columns(
-        rank=pl.col("rank").cast(pl.Int32), stage=pl.lit("et"), dropped=pl.lit(False),
-        source_file=pl.col("rank").replace_strict(sources, default=None, return_dtype=pl.String))
     return tables.with_tables(
         et_nodes=nodes.to_arrow(),
-        diagnostics=pa.concat_tables([tables.diagnostics, schema.conform("diagnostics", note_frame.to_arrow())]))
+        diagnostics=pa.concat_tables([tables.diagnostics, stage_notes(pl.concat(notes), sources)]))
+
+
+def stage_notes(notes: pl.DataFrame, sources: dict[int, str]) -> pa.Table:
+    """(rank, reason, detail) rows → diagnostics of stage et, naming each rank's ET file."""
+    return schema.conform("diagnostics", notes.with_columns(
+        rank=pl.col("rank").cast(pl.Int32), stage=pl.lit("et"), dropped=pl.lit(False),
+        source_file=pl.col("rank").replace_strict(sources, default=None, return_dtype=pl.String)).to_arrow())
 
 
 def thread_map(agreement: pl.DataFrame) -> pl.DataFrame:
@@ -528,6 +568,16 @@ CTRL_EDGES_SQL = """
 select c.rank, c.parent as src, c.id as dst, 'et_ctrl' as kind
 from et_nodes c join et_nodes p on p.rank = c.rank and p.id = c.parent
 where c.parent <> c.id
+"""
+
+# A parent id that names no node of the trace gets no et_ctrl edge: counted, not silently skipped.
+MISSING_PARENT_SQL = """
+select c.rank, 'et_missing_parent' as reason,
+       count(*) || ' nodes name a parent that is not in the Execution Trace, e.g. node ' || min(c.id)
+       || ' (parent ' || arg_min(c.parent, c.id) || ')' as detail
+from et_nodes c anti join et_nodes p on p.rank = c.rank and p.id = c.parent
+where c.parent is not null and c.parent <> c.id
+group by c.rank
 """
 
 # Where each node's subtree ends: the largest id among it and its descendants. A node has written its outputs only
@@ -565,13 +615,14 @@ from ins i asof join outs o
 """
 
 
-def et_edges(tables: TraceTables) -> pa.Table:
-    """et_ctrl and et_data edges (src / dst are et_nodes ids)."""
+def et_edges(tables: TraceTables) -> tuple[pa.Table, pl.DataFrame]:
+    """et_ctrl and et_data edges (src / dst are et_nodes ids), and notes (rank, reason, detail) on missing parents."""
     with tables.connect() as con:
         ctrl = con.sql(CTRL_EDGES_SQL).to_arrow_table()
         con.execute(f"create temp table subtree as {SUBTREE_END_SQL}")
         data = con.sql(DATA_EDGES_SQL).to_arrow_table()
-    return pa.concat_tables([schema.conform("edges", ctrl), schema.conform("edges", data)])
+        notes = con.sql(MISSING_PARENT_SQL).pl()
+    return pa.concat_tables([schema.conform("edges", ctrl), schema.conform("edges", data)]), notes
 
 
 def et_link_coverage(tables: TraceTables) -> pl.DataFrame:
