@@ -29,8 +29,10 @@ from tracekit.ingest import parse_file  # noqa: E402
 
 TRACES = REPO.parent / "shared" / "traces"
 PAIRS = {  # name → (Kineto files, ET files)
-    "rtx2080ti_linear (name_order)": (["et_pairs/rtx2080ti_linear/kineto.json.gz"], ["et_pairs/rtx2080ti_linear/et.json.gz"]),
-    "cpu_torch2.13_single (rf_id)": (["et_pairs/cpu_torch2.13_single/kineto.json.gz"], ["et_pairs/cpu_torch2.13_single/et.json.gz"]),
+    "rtx2080ti_linear (name_order)": (["et_pairs/rtx2080ti_linear/kineto.json.gz"],
+                                      ["et_pairs/rtx2080ti_linear/et.json.gz"]),
+    "cpu_torch2.13_single (rf_id)": (["et_pairs/cpu_torch2.13_single/kineto.json.gz"],
+                                     ["et_pairs/cpu_torch2.13_single/et.json.gz"]),
     "ddp_gloo 2 ranks (rf_id)": ([f"multirank/cpu_torch2.13_ddp_gloo_2ranks/kineto_rank{r}.json.gz" for r in (0, 1)],
                                  [f"multirank/cpu_torch2.13_ddp_gloo_2ranks/et_rank{r}.json.gz" for r in (0, 1)]),
     "dlrm 8 ranks (name_order)": ([f"multirank/dlrm_8ranks_v100/worker{r}.pt.trace.json.gz" for r in range(8)],

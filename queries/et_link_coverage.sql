@@ -1,4 +1,5 @@
--- question: How much of each rank's Execution Trace is linked to Kineto events, and how much of the Kineto op timeline do linked ET nodes cover?
+-- question: How much of each rank's Execution Trace is linked to Kineto events, and how much of the Kineto op
+--   timeline do linked ET nodes cover?
 -- inputs: et_nodes, events
 -- columns:
 --   rank: rank

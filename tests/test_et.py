@@ -161,7 +161,8 @@ def test_missing_parent_is_reported(tmp_path):
     tables = tracekit.load(path)
     assert tables.polars("edges").filter(pl.col("kind") == "et_ctrl").select("src", "dst").rows() == [(1, 2)]
     note = tables.polars("diagnostics").filter(pl.col("reason") == "et_missing_parent")
-    assert note["detail"].to_list() == ["1 nodes name a parent that is not in the Execution Trace, e.g. node 3 (parent 99)"]
+    assert note["detail"].to_list() == [
+        "1 nodes name a parent that is not in the Execution Trace, e.g. node 3 (parent 99)"]
     assert note["source_file"].to_list() == [str(path)]
 
 

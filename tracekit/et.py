@@ -322,7 +322,8 @@ def read_execution_trace(parsed: ParsedFile, rank: int) -> dict[str, pa.Table]:
     duplicated = pl.Series(ids, dtype=pl.Int64).filter(pl.Series(ids, dtype=pl.Int64).is_duplicated()).unique()
     if duplicated.len():
         notes.append(dict(position=None, reason="et_duplicate_node_id", dropped=False,
-                          detail=f"{duplicated.len()} node ids occur more than once, e.g. {duplicated.sort()[:5].to_list()}"))
+                          detail=f"{duplicated.len()} node ids occur more than once, "
+                                 f"e.g. {duplicated.sort()[:5].to_list()}"))
     diagnostics = pa.Table.from_pylist(
         [dict(rank=rank, source_file=source, stage="et", **{"raw": None, **n}) for n in notes],
         schema=schema.DIAGNOSTICS.arrow_schema) if notes else schema.empty("diagnostics")
@@ -374,7 +375,8 @@ def attach_execution_traces(tables: TraceTables, traces: list[ParsedFile | Path]
         rank, how = execution_trace_rank(parsed, kineto_ranks, pid_ranks)
         if rank is None:
             notes.append(dict(rank=None, source_file=str(parsed.path), position=None, stage="et",
-                              reason="et_rank_unknown", detail=f"Execution Trace not read: {how}", dropped=True, raw=None))
+                              reason="et_rank_unknown", detail=f"Execution Trace not read: {how}", dropped=True,
+                              raw=None))
             continue
         if rank in sources:
             raise InputError(f"{parsed.path}: Execution Trace for rank {rank}, which {sources[rank]} is too "
@@ -438,7 +440,8 @@ where rank in (select rank from link_method where method = 'name_order')
 create temp table k_seq as
 select rank, pid, tid, id, name, sequence_number, row_number() over (partition by rank, pid, tid order by ts, id) as pos
 from events
-where kind in {LINKABLE_KINDS} and ts is not null and rank in (select rank from link_method where method = 'name_order');
+where kind in {LINKABLE_KINDS} and ts is not null
+  and rank in (select rank from link_method where method = 'name_order');
 """
 
 # How many (name, n-th occurrence) pairs an ET thread and a Kineto thread share: the links the ordered match would

@@ -50,7 +50,8 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
 
 def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
          progress: Progress | None = None, edges: bool = True) -> TraceTables:
-    """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables.
+    """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
+    among the files are read and linked to them (tracekit.et).
 
     `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
     dependency graph is built too; an ingested dataset already holds it.
