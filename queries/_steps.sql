@@ -6,6 +6,9 @@
 --     span), else 'launches' (first start to last end of the GPU ops whose launch call starts inside the CPU step),
 --     else null. Where a rank has two CPU annotations of one step name, the longest is the step.
 --   step_breakdown(): step_windows() with the GPU time inside each CPU step window (gpu_time_in_windows), in ns.
+--   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns: the CPU step windows of ranks with steps
+--     (window_id = step); for a rank without steps one window (window_id -1, step null) from the first start to
+--     the last end of its CPU events and GPU ops.
 --   gpu_time_in_windows(windows): GPU time inside each window of the relation named `windows` (a table or a CTE
 --     of the calling query, with rank, window_id, start_ns, end_ns): the union of GPU-op intervals clipped to the
 --     window, per category, in ns: computation_ns, communication_ns, memcpy_ns, busy_ns,
@@ -118,3 +121,15 @@ create or replace macro step_breakdown() as table
     select s.*, g.* exclude (rank, window_id)
     from sb_steps s
     join gpu_time_in_windows('sb_windows') g on g.rank = s.rank and g.window_id = s.step;
+
+create or replace macro step_or_trace_windows() as table
+    with sw_steps as materialized (select rank, step, start_ns, end_ns from step_windows())
+    select rank, step as window_id, step, start_ns, end_ns from sw_steps
+    union all
+    select rank, -1, null, min(ts), max(ts + coalesce(dur, 0))
+    from events
+    where ts is not null
+      and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead', 'kernel', 'memcpy',
+                   'memset')
+      and rank not in (select rank from sw_steps)
+    group by rank;

@@ -28,21 +28,8 @@
 --   HTA's path is shorter than the window while these segments add up to it exactly; HTA's window holds the GPU
 --   ops launched inside it even when they end after it, here a step ends with its CPU annotation (GPU work still
 --   running is on the next step's path if that step waits for it).
-with step_rows as (select rank, step, start_ns, end_ns from step_windows()),
-traces as (
-    select rank, min(ts) as start_ns, max(ts + coalesce(dur, 0)) as end_ns
-    from events
-    where ts is not null and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
-                                      'kernel', 'memcpy', 'memset')
-      and rank not in (select rank from step_rows)
-    group by rank
-),
-windows as (
-    select rank, step as window_id, start_ns, end_ns from step_rows
-    union all
-    select rank, -1, start_ns, end_ns from traces
-)
-select p.rank, case when p.window_id >= 0 then p.window_id end as step, p.position, p.event_id, p.name, p.category,
+with windows as materialized (select * from step_or_trace_windows())
+select p.rank, w.step, p.position, p.event_id, p.name, p.category,
        p.start_ns, p.duration_ns / 1e3 as duration_us, p.end_ns, p.duration_ns, p.kind,
        w.start_ns as window_start_ns, w.end_ns as window_end_ns
 from critical_path_segments('windows') p

@@ -12,26 +12,13 @@
 -- notes: The critical_path segments summed per category; see critical_path.sql for the walk and how it differs
 --   from HTA's. HTA's "CPU-bound %" is comparable to cpu here less the segments owned by user annotations and
 --   by no event (HTA gives those zero weight), over HTA's path length rather than the window.
-with step_rows as (select rank, step, start_ns, end_ns from step_windows()),
-traces as (
-    select rank, min(ts) as start_ns, max(ts + coalesce(dur, 0)) as end_ns
-    from events
-    where ts is not null and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
-                                      'kernel', 'memcpy', 'memset')
-      and rank not in (select rank from step_rows)
-    group by rank
-),
-windows as (
-    select rank, step as window_id, start_ns, end_ns from step_rows
-    union all
-    select rank, -1, start_ns, end_ns from traces
-)
-select p.rank, case when p.window_id >= 0 then p.window_id end as step, p.category,
+with windows as materialized (select * from step_or_trace_windows())
+select p.rank, w.step, p.category,
        sum(p.duration_ns) / 1e6 as time_ms,
        100.0 * sum(p.duration_ns) / any_value(w.end_ns - w.start_ns) as percent,
        count(*) as segments,
        any_value(w.end_ns - w.start_ns) / 1e6 as window_ms
 from critical_path_segments('windows') p
 join windows w on w.rank = p.rank and w.window_id = p.window_id
-group by p.rank, p.window_id, p.category
+group by p.rank, p.window_id, w.step, p.category
 order by p.rank, p.window_id, time_ms desc
