@@ -95,9 +95,9 @@ costed as (
     select *,
            (2 * batch * m * n * k + if(bias is not null and len(bias) > 0, batch * m * n, 0))
                * if(is_backward, 2, 1) as flops,
-           list_sum(list_transform(range(1, len(dims) + 1),
+           (list_sum(list_transform(range(1, len(dims) + 1),
                                    lambda i: if(len(dims[i]) > 0, dims_numel(dims[i]) * dtype_bytes(types[i]), 0)))
-               + batch * m * n * dtype_bytes(types[if(base in ('addmm', 'baddbmm'), 2, 1)]) as bytes
+               + batch * m * n * dtype_bytes(types[if(base in ('addmm', 'baddbmm'), 2, 1)]))::bigint as bytes
     from sized
 ),
 -- is there a GEMM op above the call? climb the nest edges from every GEMM call, one level per iteration
