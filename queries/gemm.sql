@@ -6,6 +6,7 @@
 --   input_dims: JSON text, Input Dims of the calls (for a backward node: of its forward op)
 --   input_type: JSON text, Input type of the calls (for a backward node: of its forward op)
 --   nested_in_gemm: true when the calls run inside another GEMM op of this table (aten::linear → aten::addmm): sum rows with false to count each GEMM once
+--   bias: true when the call adds a bias (addmm, baddbmm, linear with a non-empty bias input)
 --   batch: batch count (bmm, baddbmm, matmul with batched second operand), 1 otherwise
 --   m: rows of the product
 --   n: columns of the product
@@ -113,7 +114,7 @@ nested as (
     where c.node <> c.id
 )
 select c.rank, c.name, c.input_dims, c.input_type, n.id is not null as nested_in_gemm,
-       c.batch, c.m, c.n, c.k, count(*) as count,
+       coalesce(len(c.bias) > 0, false) as bias, c.batch, c.m, c.n, c.k, count(*) as count,
        any_value(c.flops) / 1e9 as gflops_per_call,
        sum(c.subtree_ns) / 1e3 as kernel_total_us,
        avg(c.subtree_ns) / 1e3 as kernel_mean_us,
@@ -122,5 +123,5 @@ select c.rank, c.name, c.input_dims, c.input_type, n.id is not null as nested_in
        any_value(c.flops) / nullif(any_value(c.bytes), 0) as arithmetic_intensity,
        count(*) * any_value(c.bytes) / nullif(sum(c.subtree_ns), 0) / 1e3 as tb_per_s
 from costed c left join nested n on n.rank = c.rank and n.id = c.id
-group by c.rank, c.name, c.input_dims, c.input_type, nested_in_gemm, c.batch, c.m, c.n, c.k
+group by c.rank, c.name, c.input_dims, c.input_type, nested_in_gemm, bias, c.batch, c.m, c.n, c.k
 order by c.rank, kernel_total_us desc, c.name, c.input_dims
