@@ -3,8 +3,8 @@
 --   launch_op_ancestors(): for every launch call, each cpu_op above it on its thread (via nest edges), with
 --     `innermost` marking the nearest one; carries the call's GPU time. Found by a recursive CTE that climbs one
 --     tree level per iteration for all calls at once.
---   gpu_op_owners(): gpu_ops() plus the innermost enclosing cpu_op of the launch call (op_id, op_name).
 --   op_calls(): one row per cpu_op call: cpu time, self time, direct and subtree GPU time (and op counts).
+--   gpu_op_owners(): gpu_ops() plus the innermost enclosing cpu_op of the launch call (op_id, op_name).
 --   op_rollup(by_shape): op_calls() summed per (rank, name) or per (rank, name, input_dims, input_type).
 -- Definitions (TraceLens's, checked on its reference CSVs): an op's direct kernel time is the summed duration of
 -- the GPU ops (kernels, memcpys, memsets) whose launch call's innermost enclosing cpu_op is that op; its subtree
@@ -21,8 +21,8 @@ create or replace macro gpu_ops() as table
 create or replace macro launch_op_ancestors() as table
     with recursive
     nest_up as materialized (
-        select n.rank, n.dst as child, n.src as parent, p.kind = 'cpu_op' as parent_is_op
-        from edges n join events p on p.rank = n.rank and p.id = n.src
+        select n.rank, n.dst as child, n.src as parent, p.id is not null as parent_is_op
+        from edges n left join (select rank, id from events where kind = 'cpu_op') p on p.rank = n.rank and p.id = n.src
         where n.kind = 'nest'
     ),
     calls as materialized (
@@ -40,13 +40,6 @@ create or replace macro launch_op_ancestors() as table
     select c.rank, c.call_id, c.node as op_id, c.ops_passed = 1 as innermost, k.gpu_ops, k.kernels, k.gpu_ns
     from climb c join calls k on k.rank = c.rank and k.call_id = c.call_id
     where c.node_is_op;
-
-create or replace macro gpu_op_owners() as table
-    select g.*, a.op_id, o.name as op_name
-    from gpu_ops() g
-    left join (select rank, call_id, op_id from launch_op_ancestors() where innermost) a
-           on a.rank = g.rank and a.call_id = g.call_id
-    left join events o on o.rank = a.rank and o.id = a.op_id;
 
 create or replace macro op_calls() as table
     with attributed as (
@@ -76,6 +69,13 @@ create or replace macro op_calls() as table
     left join attributed a on a.rank = e.rank and a.op_id = e.id
     left join children ch on ch.rank = e.rank and ch.id = e.id
     where e.kind = 'cpu_op';
+
+create or replace macro gpu_op_owners() as table
+    select g.*, a.op_id, o.name as op_name
+    from gpu_ops() g
+    left join (select rank, call_id, op_id from launch_op_ancestors() where innermost) a
+           on a.rank = g.rank and a.call_id = g.call_id
+    left join op_calls() o on o.rank = a.rank and o.id = a.op_id;
 
 create or replace macro op_rollup(by_shape) as table
     with grouped as (

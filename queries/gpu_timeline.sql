@@ -15,9 +15,13 @@
 --   all; total = last end - first start of the counted ops; idle = total - busy. Computed by one sweep per rank over
 --   +1/-1 boundary events carrying a count per category (window sums), so overlaps cost no pairwise joins.
 --   Timestamps are exact integer ns (TraceLens uses float µs, so its figures differ in the last digits).
-with ops as (
-    select rank, start_ns, end_ns, dur, call_id is not null as launched, gpu_timeline_category(name, kind) as category
-    from gpu_ops()
+with gpu as materialized (select * from gpu_ops()),
+categories as (  -- per distinct name: kernel names are long, and few
+    select name, kind, gpu_timeline_category(name, kind) as category from (select distinct name, kind from gpu)
+),
+ops as (
+    select g.rank, g.start_ns, g.end_ns, g.dur, g.call_id is not null as launched, c.category
+    from gpu g join categories c on c.name = g.name and c.kind = g.kind
 ),
 counted as (select * from ops where launched),
 boundaries as (

@@ -94,10 +94,23 @@ def preludes() -> str:
     return "\n".join(p.read_text() for p in sorted(queries_dir().glob("_*.sql")))
 
 
-def connect(tables: TraceTables) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every table registered and the shared macros defined."""
+# Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them; a connection
+# made for many analyses computes each once into a temp table and points the macro at it (in this order: each
+# uses the ones before it).
+SHARED_TABLE_MACROS = ("gpu_ops", "launch_op_ancestors", "op_calls")
+
+
+def connect(tables: TraceTables, materialize: bool = False) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every table registered and the shared macros defined.
+
+    With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
+    """
     con = tables.connect()
     con.execute(preludes())
+    if materialize:
+        for name in SHARED_TABLE_MACROS:
+            con.execute(f"create or replace temp table {name}_result as from {name}();"
+                        f"create or replace macro {name}() as table from {name}_result")
     return con
 
 
@@ -118,5 +131,5 @@ def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = 
 
 def run_all(tables: TraceTables, names: list[str] | None = None) -> dict[str, pl.DataFrame]:
     """Several analyses over one connection (tables registered and macros defined once)."""
-    with connect(tables) as con:
+    with connect(tables, materialize=True) as con:
         return {name: run(tables, name, con) for name in (names or available())}
