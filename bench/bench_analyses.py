@@ -59,7 +59,7 @@ def million_event_input(target: int, source: str, workdir: Path) -> tuple[str, f
             if source == "synth":
                 raise
     if synth is not None:
-        scale = 117 * target / 1_000_000  # synth: --ranks 2 --steps 4 --scale 117 gives about 1M events
+        scale = 180 * target / 1_000_000  # synth --ranks 2 --steps 4 --scale 180: about 1M events rows
         synth.generate(workdir, ranks=2, steps=4, seed=0, scale=scale)
         files = sorted(workdir.glob("rank*.json"))
         started = time.perf_counter()

@@ -29,15 +29,21 @@
 --   cannot be read keep null m/n/k and FLOPs. Kernel time is the call's subtree kernel time: for ops that launch
 --   their own kernels (mm, addmm, bmm) it equals their direct time (TraceLens's choice, cuBLAS memsets
 --   included), and for ops that launch through children (linear, matmul, backward nodes) it is the only time that
---   covers their GEMM; nested rows are flagged so totals need not double count. Bias FLOPs and bytes follow
+--   covers their GEMM; nested rows are flagged so totals need not double count (nested: inside another GEMM
+--   call on the same thread by time containment, as the nest edges define it). Bias FLOPs and bytes follow
 --   TraceLens's GEMM.csv (bias counted as an input; MB there are MiB).
-with recursive
+with
+gemm_names as (  -- per distinct op name: regexes are cheaper on a few names than on every call
+    select name, op_base_name(name) as base,
+           regexp_matches(name, '^(Mm|Addmm|Bmm|Baddbmm|Matmul|Linear|ScaledMm)Backward\d*$') as is_backward
+    from (select distinct name from op_calls())
+    where regexp_matches(name, '^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm)$')
+       or regexp_matches(name, '^(Mm|Addmm|Bmm|Baddbmm|Matmul|Linear|ScaledMm)Backward\d*$')
+),
 gemm_calls as materialized (
-    select c.*, op_base_name(c.name) as base,
-           regexp_matches(c.name, '^(Mm|Addmm|Bmm|Baddbmm|Matmul|Linear|ScaledMm)Backward\d*$') as is_backward
-    from op_calls() c
-    where regexp_matches(c.name, '^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm)$')
-       or regexp_matches(c.name, '^(Mm|Addmm|Bmm|Baddbmm|Matmul|Linear|ScaledMm)Backward\d*$')
+    select c.rank, c.id, c.name, c.pid, c.tid, c.ts, c.ts + c.dur as end_ts, c.subtree_ns, c.input_dims,
+           c.input_type, c.sequence_number, g.base, g.is_backward
+    from op_calls() c join gemm_names g on g.name = c.name
 ),
 forward_of as (
     -- a backward node's forward op: same rank, sequence number and base name, latest start before the node
@@ -48,12 +54,25 @@ forward_of as (
                      and not f.is_backward and f.ts < b.ts
     where b.is_backward
 ),
-shaped as (
-    select c.rank, c.id, c.name, c.base, c.is_backward, c.subtree_ns,
+calls as (
+    select c.rank, c.name, c.base, c.is_backward, c.subtree_ns,
            coalesce(f.input_dims, c.input_dims) as input_dims, coalesce(f.input_type, c.input_type) as input_type,
-           try_cast(coalesce(f.input_dims, c.input_dims) as bigint[][]) as dims,
-           try_cast(coalesce(f.input_type, c.input_type) as varchar[]) as types
+           -- inside another GEMM call: one that starts earlier on the thread (on a tie, the outer one comes first,
+           -- ordered as the nest edges order them) and ends no earlier
+           coalesce(max(c.end_ts) over (partition by c.rank, c.pid, c.tid order by c.ts, c.end_ts desc, c.id
+                                        rows between unbounded preceding and 1 preceding) >= c.end_ts,
+                    false) as nested_in_gemm
     from gemm_calls c left join forward_of f on f.rank = c.rank and f.id = c.id and f.choice = 1
+),
+grouped as (  -- shapes are parsed once per distinct shape, not per call
+    select rank, name, base, is_backward, input_dims, input_type, nested_in_gemm,
+           count(*) as count, sum(subtree_ns) as kernel_ns
+    from calls
+    group by all
+),
+shaped as (
+    select *, try_cast(input_dims as bigint[][]) as dims, try_cast(input_type as varchar[]) as types
+    from grouped
 ),
 operands as (
     select *,
@@ -101,27 +120,14 @@ costed as (
                + batch * m * n * dtype_bytes(types[if(base in ('addmm', 'baddbmm'), 2, 1)]))::bigint as bytes
     from sized
 ),
--- is there a GEMM op above the call? climb the nest edges from every GEMM call, one level per iteration
-nest_up as materialized (select rank, dst as child, src as parent from edges where kind = 'nest'),
-climb(rank, id, node) as (
-    select rank, id, id from gemm_calls
-    union all
-    select c.rank, c.id, u.parent from climb c join nest_up u on u.rank = c.rank and u.child = c.node
-),
-nested as (
-    select distinct c.rank, c.id
-    from climb c join gemm_calls g on g.rank = c.rank and g.id = c.node
-    where c.node <> c.id
-)
-select c.rank, c.name, c.input_dims, c.input_type, n.id is not null as nested_in_gemm,
-       coalesce(len(c.bias) > 0, false) as bias, c.batch, c.m, c.n, c.k, count(*) as count,
-       any_value(c.flops) / 1e9 as gflops_per_call,
-       sum(c.subtree_ns) / 1e3 as kernel_total_us,
-       avg(c.subtree_ns) / 1e3 as kernel_mean_us,
-       count(*) * any_value(c.flops) / nullif(sum(c.subtree_ns), 0) / 1e3 as tflops_per_s,
-       any_value(c.bytes) as bytes_per_call,
-       any_value(c.flops) / nullif(any_value(c.bytes), 0) as arithmetic_intensity,
-       count(*) * any_value(c.bytes) / nullif(sum(c.subtree_ns), 0) / 1e3 as tb_per_s
-from costed c left join nested n on n.rank = c.rank and n.id = c.id
-group by c.rank, c.name, c.input_dims, c.input_type, nested_in_gemm, bias, c.batch, c.m, c.n, c.k
-order by c.rank, kernel_total_us desc, c.name, c.input_dims
+select rank, name, input_dims, input_type, nested_in_gemm, coalesce(len(bias) > 0, false) as bias,
+       batch, m, n, k, count,
+       flops / 1e9 as gflops_per_call,
+       kernel_ns / 1e3 as kernel_total_us,
+       kernel_ns / count / 1e3 as kernel_mean_us,
+       count * flops / nullif(kernel_ns, 0) / 1e3 as tflops_per_s,
+       bytes as bytes_per_call,
+       flops / nullif(bytes, 0) as arithmetic_intensity,
+       count * bytes / nullif(kernel_ns, 0) / 1e3 as tb_per_s
+from costed
+order by rank, kernel_total_us desc, name, input_dims, nested_in_gemm
