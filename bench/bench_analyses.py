@@ -74,7 +74,8 @@ def million_event_input(target: int, source: str, workdir: Path) -> tuple[str, f
 
 def bench(label: str, load_s: float, tables: TraceTables, repeats: int) -> dict:
     """Medians over `repeats` of: the shared step (connect + materialize the shared macros), each analysis, and
-    all of it together (wall and process CPU seconds; CPU counts every DuckDB thread)."""
+    all of it together (wall and process CPU seconds; CPU counts every DuckDB thread); and, as a baseline, all of
+    it without the shared step (each query recomputing the shared macros)."""
     per_query: dict[str, list[float]] = {name: [] for name in analyses.available()}
     shared, totals, cpu = [], [], []
     for _ in range(repeats):
@@ -87,9 +88,17 @@ def bench(label: str, load_s: float, tables: TraceTables, repeats: int) -> dict:
                 per_query[name].append(time.perf_counter() - t0)
         totals.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu_started)
+    unshared = []  # baseline in the same run: every query recomputing the shared macros (no materialize)
+    for _ in range(repeats):
+        started = time.perf_counter()
+        with analyses.connect(tables) as con:
+            for name in per_query:
+                analyses.run(tables, name, con)
+        unshared.append(time.perf_counter() - started)
     row = {"input": label, "events": tables.events.num_rows, "edges": tables.edges.num_rows,
            "load_s": round(load_s, 3), "all_analyses_s": round(statistics.median(totals), 3),
            "all_analyses_cpu_s": round(statistics.median(cpu), 3), "shared_macros_s": round(statistics.median(shared), 3),
+           "unshared_all_analyses_s": round(statistics.median(unshared), 3),
            "peak_rss_mib": round(peak_rss_mib())}
     row.update({f"{name}_s": round(statistics.median(ts), 3) for name, ts in per_query.items()})
     return row

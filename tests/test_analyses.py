@@ -307,7 +307,8 @@ def test_headers_document_every_column_and_keep_the_contract(constructed):
         assert query.question and query.inputs, name
         columns = constructed[name].columns
         assert list(query.columns) == columns, f"queries/{name}.sql header vs result"
-        assert set(CONTRACT_COLUMNS[name]) <= set(columns), name
+        assert set(CONTRACT_COLUMNS.get(name, [])) <= set(columns), name
+    assert set(CONTRACT_COLUMNS) <= set(analyses.available())
 
 
 @pytest.mark.parametrize("name,memory_only,category", [
