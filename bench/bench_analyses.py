@@ -3,8 +3,9 @@
     python bench/bench_analyses.py [--repeats 5] [--events 1000000] [--source auto|synth|replicate]
 
 For each input: load time (ingest + edges), then every analysis on one connection as `run_all` does it (shared
-macros materialized once), `--repeats` times; prints medians (wall and CPU) and writes nothing. The ~1M-event input comes from `tracekit synth` when it is installed, else from
-replicating a real trace in time on one rank (ids, correlations and timestamps shifted per copy, edges rebuilt).
+macros materialized once), `--repeats` times; prints medians (wall and CPU) and writes nothing. The ~1M-event
+input comes from `tracekit synth` when it is installed (or --source synth), else from replicating a real trace in
+time on one rank (ids, correlations and timestamps shifted per copy, edges rebuilt).
 Peak RSS is the process high-water mark, so inputs run in increasing size order.
 """
 
@@ -97,7 +98,8 @@ def bench(label: str, load_s: float, tables: TraceTables, repeats: int) -> dict:
         unshared.append(time.perf_counter() - started)
     row = {"input": label, "events": tables.events.num_rows, "edges": tables.edges.num_rows,
            "load_s": round(load_s, 3), "all_analyses_s": round(statistics.median(totals), 3),
-           "all_analyses_cpu_s": round(statistics.median(cpu), 3), "shared_macros_s": round(statistics.median(shared), 3),
+           "all_analyses_cpu_s": round(statistics.median(cpu), 3),
+           "shared_macros_s": round(statistics.median(shared), 3),
            "unshared_all_analyses_s": round(statistics.median(unshared), 3),
            "peak_rss_mib": round(peak_rss_mib())}
     row.update({f"{name}_s": round(statistics.median(ts), 3) for name, ts in per_query.items()})

@@ -6,13 +6,13 @@
 --   input_dims: JSON text, Input Dims of the calls (for a backward node: of its forward op)
 --   input_type: JSON text, Input type of the calls (for a backward node: of its forward op)
 --   nested_in_gemm: true when the calls run inside another GEMM op of this table (aten::linear → aten::addmm): sum rows with false to count each GEMM once
---   bias: true when the call adds a bias (addmm, baddbmm, linear with a non-empty bias input)
+--   bias: true when the call adds a bias (addmm, baddbmm, linear with a non-empty bias input; never a backward node)
 --   batch: batch count (bmm, baddbmm, matmul with batched second operand), 1 otherwise
 --   m: rows of the product
 --   n: columns of the product
 --   k: reduced dimension
 --   count: calls
---   gflops_per_call: GFLOP, 2·batch·M·N·K per call, plus batch·M·N for a bias add; ×2 for a backward node (both input gradients)
+--   gflops_per_call: GFLOP, 2·batch·M·N·K per call, plus batch·M·N for a bias add; a backward node: 2 × 2·batch·M·N·K (both operand gradients, no bias)
 --   kernel_total_us: µs, summed subtree kernel time of the calls
 --   kernel_mean_us: µs, mean subtree kernel time per call
 --   tflops_per_s: TFLOP/s, count · gflops_per_call / kernel_total_us
@@ -79,7 +79,7 @@ operands as (
            -- A, B and bias as the op's signature places them
            case when base in ('addmm', 'baddbmm') then dims[2] else dims[1] end as a,
            case when base in ('addmm', 'baddbmm') then dims[3] else dims[2] end as b,
-           case when base in ('addmm', 'baddbmm') then dims[1] when base = 'linear' then dims[3] end as bias
+           case when base in ('addmm', 'baddbmm') then dims[1] when base = 'linear' then dims[3] end as bias_dims
     from shaped
 ),
 sized as (
@@ -113,14 +113,14 @@ sized as (
 ),
 costed as (
     select *,
-           (2 * batch * m * n * k + if(bias is not null and len(bias) > 0, batch * m * n, 0))
-               * if(is_backward, 2, 1) as flops,
+           if(is_backward, 2 * (2 * batch * m * n * k), 2 * batch * m * n * k + if(adds_bias, batch * m * n, 0))
+               as flops,
            (list_sum(list_transform(range(1, len(dims) + 1),
                                    lambda i: if(len(dims[i]) > 0, dims_numel(dims[i]) * dtype_bytes(types[i]), 0)))
                + batch * m * n * dtype_bytes(types[if(base in ('addmm', 'baddbmm'), 2, 1)]))::bigint as bytes
-    from sized
+    from (select *, not is_backward and coalesce(len(bias_dims) > 0, false) as adds_bias from sized)
 ),
-select rank, name, input_dims, input_type, nested_in_gemm, coalesce(len(bias) > 0, false) as bias,
+select rank, name, input_dims, input_type, nested_in_gemm, adds_bias as bias,
        batch, m, n, k, count,
        flops / 1e9 as gflops_per_call,
        kernel_ns / 1e3 as kernel_total_us,

@@ -10,8 +10,9 @@ Each query file starts with a header of `-- key: value` comment lines:
     -- notes: free text (definitions, deliberate differences from other tools)
 
 Files named `_*.sql` are preludes, not analyses: SQL shared by several queries (macros such as the category
-rules in `_categories.sql`), run in name order (a later file may use an earlier one's macros) on every connection before any query. Preludes hold only
-`create or replace macro` statements (idempotent, cheap), so running them again on a connection is harmless.
+rules in `_categories.sql`), run in name order (a later file may use an earlier one's macros) on every connection
+before any query. Preludes hold only `create or replace macro` statements (idempotent, cheap), so running them again
+on a connection is harmless.
 
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """

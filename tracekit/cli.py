@@ -148,7 +148,8 @@ def save_frame(frame: pl.DataFrame, csv_path: Path | None, parquet_path: Path | 
 
 
 def output_options(fn):
-    fn = click.option("--parquet", "parquet_path", type=click.Path(path_type=Path), help="Write all rows to a Parquet file.")(fn)
+    fn = click.option("--parquet", "parquet_path", type=click.Path(path_type=Path),
+                      help="Write all rows to a Parquet file.")(fn)
     fn = click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write all rows to a CSV file.")(fn)
     return click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print.")(fn)
 
