@@ -1,4 +1,5 @@
--- prelude: training-step windows and GPU time inside time windows (table macros).
+-- prelude: training-step windows and GPU time inside time windows (table macros; after _launches.sql, whose
+-- gpu_ops() they use).
 --   step_windows(): one row per rank and ProfilerStep#N, from the CPU user_annotation of that name (a cpu_op in
 --     legacy traces):
 --     rank, step (N), name, event_id, start_ns, end_ns (the CPU step), and the step's GPU window gpu_start_ns,
@@ -15,9 +16,8 @@
 --     exposed_communication_ns (communication not overlapped by computation), exposed_memcpy_ns (memcpy not
 --     overlapped by computation or communication), idle_ns (window length - busy), and unlaunched_ns: the union of
 --     the GPU ops inside the window that have no launch call in the trace (left out of the above). GPU ops as in
---     TraceLens's
---     gpu_timeline: kernels, memcpys and memsets that have a launch edge (work queued before the profiling window
---     has no launch call and is left out), categories by gpu_timeline_category.
+--     TraceLens's gpu_timeline: gpu_ops() (_launches.sql) with a launch call (work queued before the profiling
+--     window has none), categories by gpu_timeline_category.
 --     Union lengths without pairwise overlap joins: in start order, each interval adds what it extends beyond the
 --     furthest end seen before it in the same (window, union).
 
@@ -36,11 +36,9 @@ create or replace macro step_windows() as table
         group by rank, name
     ),
     launched as (
-        select c.rank, c.ts as call_ns, g.ts as start_ns, g.ts + coalesce(g.dur, 0) as end_ns
-        from edges l
-        join events g on g.rank = l.rank and g.id = l.dst
-        join events c on c.rank = l.rank and c.id = l.src
-        where l.kind = 'launch'
+        select g.rank, c.ts as call_ns, g.start_ns, g.end_ns
+        from gpu_ops() g
+        join events c on c.rank = g.rank and c.id = g.call_id
     ),
     launch_spans as (
         select s.rank, s.step, min(g.start_ns) as gpu_start_ns, max(g.end_ns) as gpu_end_ns
@@ -62,11 +60,10 @@ create or replace macro gpu_time_in_windows(windows) as table
         select rank, window_id, start_ns, end_ns from query_table(windows)
     ),
     gtw_ops as (
-        select g.rank, g.ts as start_ns, g.ts + g.dur as end_ns,
-               case when l.dst is null then 'unlaunched' else gpu_timeline_category(g.name, g.kind) end as category
-        from events g
-        left join (select distinct rank, dst from edges where kind = 'launch') l on l.rank = g.rank and l.dst = g.id
-        where g.kind in ('kernel', 'memcpy', 'memset') and g.dur > 0
+        select rank, start_ns, end_ns,
+               case when call_id is null then 'unlaunched' else gpu_timeline_category(name, kind) end as category
+        from gpu_ops()
+        where dur > 0
     ),
     gtw_clipped as (
         select w.rank, w.window_id, greatest(o.start_ns, w.start_ns) as start_ns, least(o.end_ns, w.end_ns) as end_ns,
