@@ -199,80 +199,90 @@ create or replace macro critical_path_segments(windows) as table
             union all select * from cp_gpu_start
         )
     ),
-    -- A run is a stretch of a lane the walk goes down state by state (each state's predecessor is the state just
-    -- before it and no later); it ends at a "jump": a state whose predecessor is elsewhere (another lane: a launch,
-    -- a sync; an overlap) or nowhere, or where the stretch would cross a window start. The recursion then moves
-    -- a whole run per iteration, and the runs are expanded back into states afterwards.
+    -- Lanes in time order (ties in Euler order). A run is a stretch of a lane the walk goes down state by state
+    -- (each state's predecessor is the state just before it); it ends at a jump: a state whose predecessor is
+    -- elsewhere (another lane: a launch, a sync; an overlap; sub-µs improper nesting) or nowhere.
     cp_lanes as materialized (
-        select *, row_number() over lane_order as pos,
-               lag(state) over lane_order as lane_pred, lag(tau) over lane_order as pred_tau
-        from cp_states
-        window lane_order as (partition by rank, lane order by k1, k2, k3)
-    ),
-    cp_window_crossings as (
-        select distinct l.rank, l.state
-        from cp_lanes l
-        join cp_windows w on w.rank = l.rank and l.pred_tau < w.start_ns and l.tau >= w.start_ns
-    ),
-    cp_runs as materialized (
-        select *, max(case when is_jump then pos end) over (
-                      partition by rank, lane order by pos rows between unbounded preceding and current row)
-                  as bottom_pos
+        select *, next_state is null or next_state is distinct from lane_pred as is_jump
         from (
-            select l.*, l.next_state is null or l.next_state is distinct from l.lane_pred or l.pred_tau > l.tau
-                        or c.state is not null as is_jump
-            from cp_lanes l
-            left join cp_window_crossings c on c.rank = l.rank and c.state = l.state
+            select *, row_number() over lane_order as pos, lag(state) over lane_order as lane_pred
+            from cp_states
+            window lane_order as (partition by rank, lane order by tau, k1, k2, k3)
         )
     ),
-    -- from any state: the end of its run, that state's time, and the state the walk jumps to from there
-    cp_run_ends as materialized (
-        select s.rank, s.state, s.lane, s.pos as top_pos, s.bottom_pos, b.tau as bottom_tau,
-               b.next_state as jump_to, b.lower_ns as jump_to_tau
-        from cp_runs s
-        join cp_runs b on b.rank = s.rank and b.lane = s.lane and b.pos = s.bottom_pos
+    -- the jumps, with where each leads (few: the recursion walks from jump to jump, not through every state)
+    cp_jumps as materialized (
+        select j.rank, j.lane, j.pos, j.tau, j.next_state, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
+        from cp_lanes j
+        left join cp_lanes t on t.rank = j.rank and t.state = j.next_state
+        where j.is_jump
     ),
-    -- where each walk starts: the event that ends last inside the window (the outermost on a tie)
-    cp_starts as (
+    -- and the jump that ends the run each jump leads into: the last jump at or before where it lands
+    cp_jump_chain as materialized (
+        select j.*, b.pos as to_bottom_pos
+        from cp_jumps j
+        asof left join (select rank, lane, pos from cp_jumps) b
+            on b.rank = j.rank and b.lane = j.to_lane and b.pos <= j.to_pos
+    ),
+    -- where each walk starts: the event that ends last inside the window (the outermost on a tie), and the jump
+    -- that ends its first run
+    cp_last_end as (
         select w.rank, w.window_id, w.start_ns as window_start, w.end_ns as window_end,
-               arg_max(e.id, struct_pack(e.end_ns, neg_ts := -e.ts, cpu := not e.on_gpu, neg_id := -e.id))
-                   as first_id,
-               max(e.end_ns) as first_end
+               case when e.end_ns > w.start_ns then e.end_ns end as first_end
         from cp_windows w
-        left join cp_events e on e.rank = w.rank and e.end_ns <= w.end_ns and e.end_ns > w.start_ns
-        group by w.rank, w.window_id, w.start_ns, w.end_ns
+        asof left join (select rank, end_ns from cp_events) e on e.rank = w.rank and e.end_ns <= w.end_ns
+    ),
+    cp_starts as (
+        select l.rank, l.window_id, l.window_start, l.window_end, l.first_end,
+               arg_max(e.id, struct_pack(neg_ts := -e.ts, cpu := not e.on_gpu, neg_id := -e.id)) as first_id
+        from cp_last_end l
+        left join cp_events e on e.rank = l.rank and e.end_ns = l.first_end
+        group by l.rank, l.window_id, l.window_start, l.window_end, l.first_end
+    ),
+    cp_first_runs as (
+        select s.*, x.lane, x.pos as top_pos, b.pos as bottom_pos
+        from cp_starts s
+        join cp_lanes x on x.rank = s.rank and x.state = 2 * s.first_id + 1
+        asof join (select rank, lane, pos from cp_jumps) b on b.rank = x.rank and b.lane = x.lane and b.pos <= x.pos
     ),
     cp_limits as (
-        select rank, count(*) filter (where is_jump) + 2 as max_iterations from cp_runs group by rank
+        select rank, count(*) + 2 as max_iterations from cp_jumps group by rank
     ),
-    -- one row per run on the walk: the state it starts from and the cursor there (how far back the window is
-    -- explained); each iteration moves every window's walk by one run
-    cp_walk(rank, window_id, window_start, max_iterations, iteration, top, cursor) as (
-        select s.rank, s.window_id, s.window_start, m.max_iterations, 0, 2 * s.first_id + 1, s.first_end
-        from cp_starts s join cp_limits m on m.rank = s.rank
-        where s.first_id is not null
+    -- one row per run on the walk: its lane, the positions it goes down from and to, and the cursor at its top
+    -- (how far back the window is explained); each iteration moves every window's walk by one run
+    cp_walk(rank, window_id, window_start, max_iterations, iteration, lane, top_pos, bottom_pos, cursor) as (
+        select f.rank, f.window_id, f.window_start, m.max_iterations, 0, f.lane, f.top_pos, f.bottom_pos,
+               f.first_end
+        from cp_first_runs f join cp_limits m on m.rank = f.rank
         union all
-        select w.rank, w.window_id, w.window_start, w.max_iterations, w.iteration + 1, r.jump_to,
-               greatest(w.window_start, least(w.cursor, r.bottom_tau, r.jump_to_tau))
+        select w.rank, w.window_id, w.window_start, w.max_iterations, w.iteration + 1, j.to_lane, j.to_pos,
+               j.to_bottom_pos, greatest(w.window_start, least(w.cursor, j.tau, j.to_tau))
         from cp_walk w
-        join cp_run_ends r on r.rank = w.rank and r.state = w.top
-        where w.cursor > w.window_start and r.jump_to is not null and w.iteration < w.max_iterations
+        join cp_jump_chain j on j.rank = w.rank and j.lane = w.lane and j.pos = w.bottom_pos
+        where w.cursor > w.window_start and j.next_state is not null and w.iteration < w.max_iterations
+    ),
+    -- the first state of each lane at or after each window start: a run crossing the window start is cut there
+    cp_cuts as (
+        select w.rank, w.window_id, l.lane, c.pos as cut_pos
+        from cp_windows w
+        join (select distinct rank, lane from cp_jumps) l on l.rank = w.rank
+        asof left join (select rank, lane, tau, pos from cp_lanes) c
+            on c.rank = l.rank and c.lane = l.lane and w.start_ns <= c.tau
     ),
     -- the runs expanded into their states, in walk order; the cursor at each state is the running minimum of
     -- the states' times (clamped at the window start), and each state's step covers [next cursor, its cursor)
     cp_path as (
-        select w.rank, w.window_id, w.window_start, w.iteration, r.lane,
-               unnest(range(r.top_pos, r.bottom_pos - 1, -1)) as pos
+        select w.rank, w.window_id, w.window_start, w.iteration, w.lane,
+               unnest(range(w.top_pos, greatest(w.bottom_pos, coalesce(c.cut_pos, w.top_pos + 1)) - 1, -1)) as pos
         from cp_walk w
-        join cp_run_ends r on r.rank = w.rank and r.state = w.top
+        left join cp_cuts c on c.rank = w.rank and c.window_id = w.window_id and c.lane = w.lane
         where w.cursor > w.window_start
     ),
     cp_cursors as (
         select p.rank, p.window_id, p.window_start, p.iteration, p.pos, s.segment_event, s.category,
                greatest(p.window_start, min(s.tau) over walk_order) as cursor
         from cp_path p
-        join cp_runs s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
-        where s.tau >= p.window_start
+        join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
         window walk_order as (partition by p.rank, p.window_id order by p.iteration, p.pos desc
                               rows between unbounded preceding and current row)
     ),
