@@ -203,3 +203,59 @@ def test_unbound_and_unpaired_flow_endpoints_are_counted(tmp_path):
         (5, "flow_endpoint_unbound"), (6, "flow_unpaired"), (7, "flow_unpaired")]
     coverage = analyses.run(tables, "link_coverage").row(0, named=True)
     assert (coverage["fwdbwd_endpoints"], coverage["fwdbwd_endpoints_bound"], coverage["fwdbwd_edges"]) == (5, 4, 1)
+
+
+@pytest.fixture(scope="module", params=[0, 3], ids=["no_queued", "queued_kernels"])
+def synth_run(request, tmp_path_factory):
+    """Two ranks of `tracekit synth` (without, then with, GPU work queued before the window) and the ground truth."""
+    from tracekit import synth
+
+    out = tmp_path_factory.mktemp("synth")
+    synth.generate(out, ranks=2, steps=3, seed=1, queued_kernels=request.param)
+    return tracekit.load(out), synth.read_ground_truth(out)
+
+
+def test_sync_edges_match_synth_ground_truth(synth_run):
+    """Every simulated wait: the GPU op it waited on (`signal_correlation`) → the call that waited, or for Stream Wait
+    Event the first op enqueued on the waiting stream after it (`released_correlation`)."""
+    tables, truth = synth_run
+    events = tables.polars("events")
+    gpu = dict(((r, c), i) for r, c, i in events.filter(pl.col("kind").is_in(GPU_KINDS))
+               .select("rank", "correlation", "id").iter_rows())
+    calls = dict(((r, c), i) for r, c, i in events.filter(pl.col("kind") == "runtime")
+                 .select("rank", "correlation", "id").iter_rows())
+    sync_ids = dict(((r, c), i) for r, c, i in events.filter(pl.col("kind") == "sync")
+                    .select("rank", "correlation", "id").iter_rows())
+    expected, device_syncs, nothing_to_wait = set(), set(), set()
+    for rank in truth["ranks"]:
+        r = rank["rank"]
+        for s in rank["syncs"]:
+            if s["signal_correlation"] is None:
+                nothing_to_wait.add((r, sync_ids[(r, s["correlation"])]))
+                continue
+            src = gpu[(r, s["signal_correlation"])]
+            dst = (gpu[(r, s["released_correlation"])] if s["kind"] == "Stream Wait Event"
+                   else calls[(r, s["correlation"])])
+            (device_syncs if s["kind"] == "Context Sync" else expected).add((r, src, dst, s["kind"]))
+    assert expected and device_syncs
+    edges = tables.polars("edges").filter(pl.col("kind") == "sync")
+    got = set(edges.select("rank", "src", "dst", "subkind").iter_rows())
+    # A device sync waits on every stream; the truth names the stream that finished last.
+    assert {e for e in got if e[3] != "Context Sync"} == expected
+    assert device_syncs <= {e for e in got if e[3] == "Context Sync"}
+    notes = edge_notes(tables, "sync_")
+    assert set(notes.select("rank", "position").iter_rows()) == nothing_to_wait
+    assert set(notes["reason"]) <= {"sync_nothing_to_wait_for"}
+
+
+def test_flow_edges_match_synth_ground_truth(synth_run):
+    tables, truth = synth_run
+    edges = tables.polars("edges").filter(pl.col("kind") == "flow")
+    for rank in truth["ranks"]:
+        assert rank["flows"]["fwdbwd s"] == rank["flows"]["fwdbwd f"]
+        assert edges.filter(pl.col("rank") == rank["rank"]).height == rank["flows"]["fwdbwd s"]
+    events = tables.polars("events").select("rank", "id", "sequence_number")
+    linked = edges.join(events, left_on=["rank", "src"], right_on=["rank", "id"]).join(
+        events, left_on=["rank", "dst"], right_on=["rank", "id"], suffix="_b")
+    assert linked["sequence_number"].is_not_null().all()
+    assert (linked["sequence_number"] == linked["sequence_number_b"]).all()
