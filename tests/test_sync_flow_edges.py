@@ -133,7 +133,9 @@ def test_every_sync_event_is_an_edge_or_a_diagnostic(relative):
     syncs = tables.polars("events").filter(pl.col("kind") == "sync")
     notes = edge_notes(tables, "sync_")
     assert notes["position"].is_unique().all()
-    coverage = analyses.run(tables, "link_coverage").row(0, named=True)
+    result = analyses.run(tables, "link_coverage")
+    assert result.columns == list(analyses.load_query("link_coverage").columns)  # the header documents every column
+    coverage = result.row(0, named=True)
     assert coverage["sync_events"] == syncs.height
     assert coverage["sync_events_resolved"] == syncs.height - notes.height
     # Resolved events gave edges, and every sync edge's subkind is the kind of some resolved event.
@@ -259,3 +261,14 @@ def test_flow_edges_match_synth_ground_truth(synth_run):
         events, left_on=["rank", "dst"], right_on=["rank", "id"], suffix="_b")
     assert linked["sequence_number"].is_not_null().all()
     assert (linked["sequence_number"] == linked["sequence_number_b"]).all()
+
+
+def test_link_coverage_counts_gpu_work_queued_before_the_window():
+    """MANIFEST: the H100 Qwen trace has 509 GPU ops queued before the profiling window (no launch call in it)."""
+    tables = load("nvidia/h100_qwen1.5-0.5b.json.gz")
+    gpu = tables.polars("events").filter(pl.col("kind").is_in(GPU_KINDS))
+    coverage = analyses.run(tables, "link_coverage").row(0, named=True)
+    assert coverage["gpu_ops"] == gpu.height
+    assert coverage["linked_gpu_ops"] == gpu.height - 509
+    assert coverage["percent_gpu_ops_linked"] == pytest.approx(100 * (gpu.height - 509) / gpu.height)
+    assert coverage["cpu_ops"] == tables.polars("events").filter(pl.col("kind") == "cpu_op").height
