@@ -1,11 +1,12 @@
--- question: How much of each rank's trace did tracekit link into the dependency graph (and so how far can analyses built on edges be trusted)?
+-- question: How much of each rank's trace did tracekit link into the dependency graph (so how far can analyses
+--   built on edges be trusted)?
 -- inputs: events, edges, flows, diagnostics
 -- columns:
 --   rank: rank
 --   gpu_ops: count, kernels, memcpys and memsets
 --   linked_gpu_ops: count, GPU ops with a launch edge (their launch call is in the trace)
 --   percent_gpu_ops_linked: percent, linked_gpu_ops / gpu_ops
---   launch_calls: count, runtime/driver calls that enqueue GPU work (name has launch, memcpy or memset) or have a launch edge
+--   launch_calls: count, runtime/driver calls that enqueue GPU work (name has launch, memcpy, memset) or launched some
 --   launch_calls_with_gpu_op: count, launch calls with at least one launch edge
 --   percent_launch_calls_with_gpu_op: percent, launch_calls_with_gpu_op / launch_calls
 --   cpu_ops: count, cpu_op events
@@ -49,16 +50,16 @@ cpu as (
 sync as (
     select s.rank, count(*) as sync_events, count(*) - count(d.position) as sync_events_resolved
     from events s
-    left join (select distinct rank, position from diagnostics where stage = 'edges' and reason like 'sync\_%' escape '\')
-        d on d.rank = s.rank and d.position = s.id
+    left join (select distinct rank, position from diagnostics
+               where stage = 'edges' and reason like 'sync\_%' escape '\') d on d.rank = s.rank and d.position = s.id
     where s.kind = 'sync'
     group by s.rank
 ),
 fwdbwd as (
     select f.rank, count(*) as fwdbwd_endpoints, count(*) - count(d.position) as fwdbwd_endpoints_bound
     from flows f
-    left join (select distinct rank, position from diagnostics where stage = 'edges' and reason = 'flow_endpoint_unbound')
-        d on d.rank = f.rank and d.position = f.id
+    left join (select distinct rank, position from diagnostics
+               where stage = 'edges' and reason = 'flow_endpoint_unbound') d on d.rank = f.rank and d.position = f.id
     where f.cat = 'fwdbwd' and f.phase in ('s', 'f')
     group by f.rank
 ),

@@ -141,9 +141,10 @@ def test_merged_ranks_give_the_edges_of_per_rank_files(tmp_path):
 def test_merged_ranks_keep_sync_and_flow_edges(tmp_path):
     """Two runs of the same benchmark (same correlation ids, same streams), an event-sync trace and two traces with
     fwdbwd flows (overlapping flow ids) merged as ranks 0-4: sync and flow edges as when loaded alone."""
-    paths = [shared_trace(p) for p in ("nvidia/a100_alexnet_cuda_sync.json.gz", "nvidia/a100_simple_add_cuda_sync.json.gz",
-                                       "nvidia/a100_event_sync_multi_stream.json.gz", "amd/mi250_minitoy_train.json.gz",
-                                       "et_pairs/cpu_torch2.13_single/kineto.json.gz")]
+    paths = [shared_trace(p) for p in (
+        "nvidia/a100_alexnet_cuda_sync.json.gz", "nvidia/a100_simple_add_cuda_sync.json.gz",
+        "nvidia/a100_event_sync_multi_stream.json.gz", "amd/mi250_minitoy_train.json.gz",
+        "et_pairs/cpu_torch2.13_single/kineto.json.gz")]
     want = merge_as_ranks(paths, tmp_path / "merged.json")
     got = tracekit.load(tmp_path / "merged.json").polars("edges")
     assert {"sync", "flow"} <= set(want["kind"])

@@ -241,7 +241,8 @@ targets as (
     select *, stream, call_ts from syncs where sync_kind = 'Stream Sync' and stream >= 0
     union all
     select s.*, d.stream, s.call_ts
-    from syncs s join (select distinct rank, device, stream from gpu_launched) d on d.rank = s.rank and d.device = s.device
+    from syncs s
+    join (select distinct rank, device, stream from gpu_launched) d on d.rank = s.rank and d.device = s.device
     where s.sync_kind = 'Context Sync'
 ),
 -- Ops launched together (one graph launch) share a launch time: the last of them to run is "the last launched".
@@ -352,7 +353,8 @@ UNBOUND_FLOW_SQL = """
 select b.rank, b.endpoint as position, 'edges' as stage,
        case when b.op is null then 'flow_endpoint_unbound' else 'flow_unpaired' end as reason,
        case when b.op is null
-            then b.cat || ' flow ' || b.flow_id::varchar || ' endpoint ' || b.phase || ' sits on no cpu_op of its thread'
+            then b.cat || ' flow ' || b.flow_id::varchar || ' endpoint ' || b.phase
+                 || ' sits on no cpu_op of its thread'
             else b.cat || ' flow ' || b.flow_id::varchar || ' has a bound ' || b.phase || ' endpoint but no bound '
                  || case b.phase when 's' then 'f' else 's' end || ' endpoint'
        end as detail,

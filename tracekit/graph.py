@@ -151,7 +151,8 @@ def write_graphml(graph: WindowGraph, out: TextIO) -> None:
         out.write(f'    <node id="{node_id(attrs["rank"], attrs["event"])}">{data}</node>\n')
     edge_columns = [name for name, _ in EDGE_ATTRIBUTES]
     for i, (rank, src, dst, *values) in enumerate(rows(graph.edges, ["rank", "src", "dst", *edge_columns])):
-        data = "".join(f'<data key="e_{k}">{xml_escape(v)}</data>' for k, v in zip(edge_columns, values) if v is not None)
+        data = "".join(f'<data key="e_{k}">{xml_escape(v)}</data>'
+                       for k, v in zip(edge_columns, values) if v is not None)
         out.write(f'    <edge id="x{i}" source="{node_id(rank, src)}" target="{node_id(rank, dst)}">{data}</edge>\n')
     out.write("  </graph>\n</graphml>\n")
 
