@@ -40,10 +40,12 @@ create or replace macro step_windows() as table
         from gpu_ops() g
         join events c on c.rank = g.rank and c.id = g.call_id
     ),
+    -- each launch call to the step it falls in: the last step starting at or before it, if it has not ended
     launch_spans as (
         select s.rank, s.step, min(g.start_ns) as gpu_start_ns, max(g.end_ns) as gpu_end_ns
-        from step_annotations s
-        join launched g on g.rank = s.rank and g.call_ns >= s.start_ns and g.call_ns < s.end_ns
+        from launched g
+        asof join step_annotations s on s.rank = g.rank and s.start_ns <= g.call_ns
+        where g.call_ns < s.end_ns
         group by s.rank, s.step
     )
     select s.rank, s.step, s.name, s.id as event_id, s.start_ns, s.end_ns,
