@@ -26,12 +26,14 @@
 -- a step into a state at time t moves it to max(window start, min(cursor, t)) and covers what it passed, so the
 -- segments tile the window exactly (a predecessor later than the cursor, from sub-µs overlaps in the trace,
 -- covers nothing).
--- Set-based, without a step per state: states are laid out in lanes (a CPU thread in the Euler-tour order of its
--- call tree, where the predecessor of a state is nearly always the state just before it; a stream in op order).
--- A run is a stretch of a lane the walk goes down state by state; it ends at a jump: a state whose predecessor
--- is elsewhere (a launch, a sync, an overlap), nowhere, or across a window start. A recursive CTE moves every
--- window's walk by one whole run per iteration (iterations = jumps on the path, not states), then the runs are
--- expanded back into their states, and the cursor at each state is the running minimum of the states' times.
+-- Set-based, without a step per state: states are laid out in lanes, a CPU thread or a stream, in time order
+-- (ties: on a thread the Euler-tour order of its call tree, on a stream op order), where the predecessor of a
+-- state is nearly always the state just before it. A run is a stretch of a lane the walk goes down state by
+-- state; it ends at a jump: a state whose predecessor is elsewhere (a launch, a sync, an overlapping op,
+-- sub-µs improper nesting) or nowhere. The jumps are chained (each to the jump that ends the run it leads into),
+-- and a recursive CTE moves every window's walk along that chain, one run per iteration (iterations = jumps on
+-- the path, not states). The runs are then expanded back into their states (cut at the window start, where the
+-- lane's time passes it), and the cursor at each state is the running minimum of the states' times.
 -- The Euler order needs each CPU event's last descendant, found one tree level per iteration.
 
 create or replace macro critical_path_segments(windows) as table
