@@ -52,7 +52,8 @@ create or replace macro collective_kernels() as table
     with recursive
     ck_kernels as materialized (
         select k.rank, k.id, k.name, k.ts, k.dur, k.stream, k.collective_name, k.in_msg_nelems, k.out_msg_nelems,
-               k.dtype, k.group_size, k.process_group_name, k.process_group_desc, k.process_group_ranks, l.src as call_id
+               k.dtype, k.group_size, k.process_group_name, k.process_group_desc, k.process_group_ranks,
+               l.src as call_id
         from events k
         left join edges l on l.kind = 'launch' and l.rank = k.rank and l.dst = k.id
         where k.kind = 'kernel' and gpu_timeline_category(k.name, k.kind) = 'communication'

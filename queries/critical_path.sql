@@ -1,4 +1,5 @@
--- question: What chain of work bounds each step's duration (the whole trace where a rank has no steps), and where does its time go?
+-- question: What chain of work bounds each step's duration (the whole trace where a rank has no steps), and where
+--   does its time go?
 -- inputs: events, edges
 -- columns:
 --   rank: rank

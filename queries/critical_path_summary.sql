@@ -1,4 +1,5 @@
--- question: Per step (or whole trace), how much of the critical path is CPU, launch overhead, GPU compute, communication, copies, gaps, sync waits and idle?
+-- question: Per step (or whole trace), how much of the critical path is CPU, launch overhead, GPU compute,
+--   communication, copies, gaps, sync waits and idle?
 -- inputs: events, edges
 -- columns:
 --   rank: rank

@@ -1,4 +1,5 @@
--- question: How much does each step metric vary from step to step on each rank (the noise floor a diff of two runs must exceed)?
+-- question: How much does each step metric vary from step to step on each rank (the noise floor a diff of two
+--   runs must exceed)?
 -- inputs: events, edges
 -- columns:
 --   rank: rank

@@ -133,7 +133,8 @@ def test_same_events_as_hta_on_the_whole_simple_add_trace():
     (= events.id). HTA does not put user annotations in its graph, so they are compared without them."""
     tables = tracekit.load(shared_trace("nvidia/a100_simple_add_cuda_sync.json.gz"))
     require_sync_edges(tables)
-    oracle = json.loads(gzip.decompress(shared_trace("oracles/hta_critical_path_simple_add_overlaid.json.gz").read_bytes()))
+    overlaid = shared_trace("oracles/hta_critical_path_simple_add_overlaid.json.gz")
+    oracle = json.loads(gzip.decompress(overlaid.read_bytes()))
     hta = {i for i, e in enumerate(oracle["traceEvents"]) if e.get("ph") == "X" and e.get("args", {}).get("critical")}
     path = analyses.run(tables, "critical_path").filter(pl.col("kind") != "user_annotation")
     ours = set(path["event_id"].drop_nulls())
@@ -154,7 +155,8 @@ def test_synth_blocking_sync_waits_for_the_gpu_op_that_released_it(tmp_path):
     events = tables.polars("events").select("rank", "id", "kind", "correlation")
     for rank_truth in truth["ranks"]:
         rank = rank_truth["rank"]
-        blocking = [s for s in rank_truth["syncs"] if s["kind"] == "Stream Sync" and s["gpu_done_at"] > s["runtime_start"]]
+        blocking = [s for s in rank_truth["syncs"]
+                    if s["kind"] == "Stream Sync" and s["gpu_done_at"] > s["runtime_start"]]
         assert len(blocking) == 3
         for sync in blocking:
             call_end = sync["runtime_start"] + sync["runtime_dur"]

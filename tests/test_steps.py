@@ -1,4 +1,5 @@
-"""steps and step_stats against the ProfilerStep events and GPU ops read straight from the JSON, and synth ground truth."""
+"""steps and step_stats against the ProfilerStep events and GPU ops read straight from the JSON, and synth ground
+truth."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_steps_match_json(traced):
 def test_gpu_window_is_the_gpu_annotation_where_present():
     path = shared_trace("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")
     raw = raw_trace.read(path)
-    annotations = {int(e.name.split("#")[1]): e for e in raw.named(r"ProfilerStep#\d+") if e.cat == "gpu_user_annotation"}
+    annotations = {int(e.name.split("#")[1]): e for e in raw.named(r"ProfilerStep#\d+")
+                   if e.cat == "gpu_user_annotation"}
     got = analyses.run(tracekit.load(path), "steps")
     assert set(got["gpu_window_source"]) == {"gpu_annotation"}
     for row in got.iter_rows(named=True):
