@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import schema
+from . import diff, schema
 from .errors import InputError
 from .loader import find_trace_files, is_dataset, load, write_dataset
 
@@ -70,6 +70,46 @@ def ingest(traces, out_dir, rank, force):
     dropped = sum(tables.diagnostics.column("dropped").to_pylist())
     stdout.print(f"wrote {out_dir}: ranks {tables.rank_list}; {counts}"
                  + (f"; {dropped} entries dropped (see diagnostics)" if dropped else ""))
+
+
+@main.command(name="diff")
+@click.argument("baseline")
+@click.argument("candidate")
+@click.option("--threshold", type=float, default=diff.DEFAULT_THRESHOLD_PERCENT, show_default=True, metavar="PCT",
+              help="Where neither side holds 2+ ProfilerSteps: a change counts when larger than PCT percent of the "
+                   "baseline. With steps, it must exceed k standard errors of the per-step noise and 1% of the value.")
+@click.option("-k", "--sigmas", "k", type=float, default=diff.DEFAULT_K, show_default=True,
+              help="Standard errors of per-step noise a change must exceed.")
+@click.option("--fail-on-regression", "fail_percent", type=float, default=None, metavar="PCT",
+              help="Exit with code 1 when --metric is slower beyond noise and by more than PCT percent (CI gating).")
+@click.option("--metric", default="step_time", show_default=True,
+              help="Measure gated by --fail-on-regression: step_time, a GPU timeline category (busy, idle, "
+                   "computation, ...), op:NAME, kernel:NAME or category:NAME.")
+@click.option("--top", type=int, default=15, show_default=True, help="Changes listed in the terminal.")
+@user_errors
+def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top):
+    """Compare two runs: BASELINE and CANDIDATE are each a trace file, a directory of ranks or an ingested dataset."""
+    try:
+        diff.parse_metric_name(metric)
+    except LookupError as exc:
+        raise InputError(f"--metric {exc}") from None
+    result = diff.compare(load_with_progress((baseline,)), load_with_progress((candidate,)), threshold=threshold, k=k,
+                          labels=(Path(baseline).name, Path(candidate).name))
+    diff.print_summary(result, stdout, top)
+    if fail_percent is not None:
+        try:
+            regressed = result.regressed(fail_percent, metric)
+        except LookupError as exc:
+            raise InputError(f"--metric {exc}") from None
+        if regressed:
+            row = result.metric(metric)
+            click.echo(f"tracekit: regression: {metric} {signed_percent(row['percent_delta'])} slower "
+                       f"(more than {fail_percent:g}% and beyond noise ±{row['noise']:.3g})", err=True)
+            sys.exit(1)
+
+
+def signed_percent(value: float | None) -> str:
+    return "∞%" if value is None else f"{value:+.1f}%"
 
 
 @main.command(name="schema")
