@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import duckdb
 import polars as pl
 
-from .analyses import load_query, run_all
+from . import analyses
 from .tables import TraceTables
 
 DEFAULT_THRESHOLD_PERCENT = 5.0  # single-step fallback: relative change that counts
@@ -31,7 +31,7 @@ SIGNIFICANT = ("slower", "faster", "added", "removed")
 
 TOTALS_ANALYSES = ("gpu_timeline", "op_summary", "op_by_shape", "op_categories", "kernel_summary", "steps",
                    "step_stats", "collectives", "critical_path_summary")
-PER_STEP_ANALYSES = ("op_summary", "op_by_shape", "op_categories", "kernel_summary", "collectives")
+PER_STEP_ANALYSES = ("op_by_shape", "kernel_summary", "collectives")
 
 
 @dataclass(frozen=True)
@@ -191,48 +191,69 @@ def parse_metric_name(name: str) -> tuple[str, str]:
 
 def summarize(tables: TraceTables, label: str) -> Side:
     """Run the analyses a diff needs over one side, and (with 2+ steps) the per-step ones that measure noise."""
-    results = run_all(tables, list(TOTALS_ANALYSES))
-    split = split_by_step(tables)
-    if split is None:
+    results = analyses.run_all(tables, list(TOTALS_ANALYSES))
+    per_step = per_step_results(tables)
+    if per_step is None:
         return Side(label, results)
-    pseudo_tables, mapping = split
-    per_step = {name: restore_ranks(frame, mapping) for name, frame in run_all(pseudo_tables, list(PER_STEP_ANALYSES)).items()}
-    return Side(label, results, per_step, step_counts_of(mapping))
+    return Side(label, results, *per_step)
 
 
-def split_by_step(tables: TraceTables) -> tuple[TraceTables, pl.DataFrame] | None:
-    """The tables with one pseudo-rank per (rank, step), and the mapping (pseudo, rank, step); None when no rank
-    holds 2 steps. Every analysis keys on rank, so running it on these tables computes it per step in one go.
+def per_step_results(tables: TraceTables) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
+    """The per-step analyses, each with a `step` column, and the step counts; None when no rank holds 2 steps.
 
-    Step membership is queries/diff/step_members.sql. Instants, flows and Execution Trace tables are left out of the
-    per-step tables (the per-step analyses do not read them); edges keep only links within one step.
+    Each (rank, step) becomes a pseudo-rank: every analysis keys on rank, so one run over views that relabel the
+    rank computes it for every step at once (no copy of the tables is made). op_summary and op_categories per step
+    are op_by_shape's rows summed by name and by category (the three are rollups of the same op calls).
     """
-    with tables.connect() as con:
-        con.register("members", con.sql(load_query("diff/step_members").sql).to_arrow_table())
-        mapping = con.sql("""
-            select rank, step, dense_rank() over (partition by rank order by step) - 1 as step_index
-            from (select distinct rank, step from members)""").pl()
-        if mapping.height == 0 or mapping.group_by("rank").len()["len"].max() < 2:
+    with analyses.connect(tables) as con:
+        mapping = pseudo_rank_views(con, tables)
+        if mapping is None:
             return None
-        stride = int(mapping["step_index"].max()) + 1
-        if (max(tables.rank_list) + 1) * stride >= 2**31:
-            return None
-        mapping = mapping.with_columns(pseudo=(pl.col("rank").cast(pl.Int64) * stride + pl.col("step_index")).cast(pl.Int32))
-        con.register("mapping", mapping)
-        con.execute("create temp table member_pseudo as select m.rank, m.id, p.pseudo from members m join mapping p using (rank, step)")
-        pseudo = {
-            "events": "select e.* replace (m.pseudo as rank) from events e join member_pseudo m using (rank, id)",
-            "edges": """select e.* replace (s.pseudo as rank) from edges e
-                        join member_pseudo s on s.rank = e.rank and s.id = e.src
-                        join member_pseudo d on d.rank = e.rank and d.id = e.dst
-                        where s.pseudo = d.pseudo and e.kind not like 'et_%'""",
-            "diagnostics": """select d.* replace (m.pseudo as rank) from diagnostics d
-                              join member_pseudo m on m.rank = d.rank and m.id = d.position""",
-        }
-        pseudo |= {name: f"select t.* replace (p.pseudo as rank) from {name} t join mapping p using (rank)"
-                   for name in ("ranks", "threads", "processes")}
-        split = TraceTables().with_tables(**{name: con.sql(q).to_arrow_table() for name, q in pseudo.items()})
-    return split, mapping.select("pseudo", "rank", "step")
+        per_step = {name: restore_ranks(analyses.run(tables, name, con), mapping) for name in PER_STEP_ANALYSES}
+    by_shape = per_step["op_by_shape"]
+    sums = [pl.col(m.name).sum() for m in OP_METRICS]
+    per_step["op_summary"] = by_shape.group_by("rank", "step", "name").agg(pl.col("category").first(), *sums)
+    per_step["op_categories"] = by_shape.group_by("rank", "step", "category").agg(*sums)
+    return per_step, step_counts_of(mapping)
+
+
+def pseudo_rank_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> pl.DataFrame | None:
+    """Replace the tables registered on `con` by views with one pseudo-rank per (rank, step); return the mapping
+    (pseudo, rank, step), or None (views untouched) when no rank holds 2 steps or pseudo-ranks would overflow.
+
+    Step membership is queries/diff/step_members.sql. Instants, flows and Execution Trace tables are empty in the
+    views (the per-step analyses do not read them); edges keep only links within one step.
+    """
+    members = con.sql(analyses.load_query("diff/step_members").sql).to_arrow_table()
+    con.register("step_members", members)
+    mapping = con.sql("""
+        select rank, step, (dense_rank() over (partition by rank order by step) - 1)::bigint as step_index
+        from (select distinct rank, step from step_members)""").pl()
+    if mapping.height == 0 or mapping.group_by("rank").len()["len"].max() < 2:
+        return None
+    stride = int(mapping["step_index"].max()) + 1
+    if (max(tables.rank_list) + 1) * stride >= 2**31:
+        return None
+    mapping = mapping.with_columns(pseudo=(pl.col("rank").cast(pl.Int64) * stride + pl.col("step_index")).cast(pl.Int32))
+    con.register("pseudo_ranks", mapping)
+    con.execute("""create temp table member_pseudo as
+                   select m.rank, m.id, p.pseudo from step_members m join pseudo_ranks p using (rank, step)""")
+    views = {
+        "events": "select e.* replace (m.pseudo as rank) from whole_events e join member_pseudo m using (rank, id)",
+        "edges": """select e.* replace (s.pseudo as rank) from whole_edges e
+                    join member_pseudo s on s.rank = e.rank and s.id = e.src
+                    join member_pseudo d on d.rank = e.rank and d.id = e.dst
+                    where s.pseudo = d.pseudo and e.kind not like 'et_%'""",
+        "diagnostics": """select d.* replace (m.pseudo as rank) from whole_diagnostics d
+                          join member_pseudo m on m.rank = d.rank and m.id = d.position""",
+        **{name: f"select t.* replace (p.pseudo as rank) from whole_{name} t join pseudo_ranks p using (rank)"
+           for name in ("ranks", "threads", "processes")},
+    }
+    for name, table in tables.items():
+        con.unregister(name)
+        con.register(f"whole_{name}", table)
+        con.execute(f"create temp view {name} as {views.get(name, f'select * from whole_{name} where false')}")
+    return mapping.select("pseudo", "rank", "step")
 
 
 def restore_ranks(frame: pl.DataFrame, mapping: pl.DataFrame) -> pl.DataFrame:
@@ -285,7 +306,18 @@ def side_measures(con: duckdb.DuckDBPyConnection, side: Side, section: Section) 
     if section.name == "collectives":
         return collective_measures(con, side, section)
     source = SECTION_SOURCES[section.name]
-    return additive_measures(con, section, result(side, source), side.per_step.get(source), side.step_counts)
+    totals, per_step = result(side, source), side.per_step.get(source)
+    if "name" in section.keys:
+        totals, per_step = merged_step_ops(totals), merged_step_ops(per_step)
+    return additive_measures(con, section, totals, per_step, side.step_counts)
+
+
+def merged_step_ops(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Older traces record each `ProfilerStep#N` range as a cpu_op: one op `ProfilerStep#*` matches them across runs
+    whose step numbers differ."""
+    if frame is None:
+        return None
+    return frame.with_columns(pl.col("name").str.replace(r"^ProfilerStep#\d+$", "ProfilerStep#*"))
 
 
 def empty_measures(section: Section) -> pl.DataFrame:
@@ -324,7 +356,7 @@ def additive_measures(con, section: Section, totals: pl.DataFrame | None, per_st
     con.register("totals", totals_long)
     con.register("step_values", per_step_long)
     con.register("step_counts", step_counts)
-    return con.sql(load_query("diff/measures").sql).pl()
+    return con.sql(analyses.load_query("diff/measures").sql).pl()
 
 
 def collective_measures(con, side: Side, section: Section) -> pl.DataFrame:
@@ -370,8 +402,8 @@ def step_time_measures(side: Side) -> pl.DataFrame:
             rows += [total, pl.DataFrame({"rank": [None], "value": [total["value"].max()]})]
     if not rows:
         return empty_measures(section)
-    frame = pl.concat([r.cast({c: t for c, t in MEASURE_SCHEMA.items() if c in r.columns}) for r in rows],
-                      how="diagonal")
+    frame = pl.concat([r.select(pl.col(c).cast(t) if c in r.columns else pl.lit(None, t).alias(c)
+                                for c, t in MEASURE_SCHEMA.items() if c != "metric") for r in rows])
     return frame.with_columns(key=pl.struct(measure=pl.lit("step time")), metric=pl.lit("step_time_ms"),
                               spread_sd=pl.when(pl.col("spread_n") >= 2).then(pl.col("spread_sd"))
                               ).select("key", *MEASURE_SCHEMA)
@@ -424,22 +456,26 @@ def compare_section(con, section: Section, base: Side, cand: Side) -> pl.DataFra
                                               schema={"name": pl.String, "direction": pl.Int32,
                                                       "aggregation": pl.String, "abs_floor": pl.Float64})
                  .rename({"name": "metric"}))
-    compared = con.sql(load_query("diff/compare").sql).pl()
+    compared = con.sql(analyses.load_query("diff/compare").sql).pl()
     return mark_deciders(section, compared)
 
 
 def mark_deciders(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
-    """Flag, per (key, rank), the metric that decides the row: the first of `section.deciders` with a significant
-    verdict, else the first of them."""
+    """Flag, per (key, rank), the metric that decides the row: among `section.deciders` with a significant verdict
+    the one with the largest |delta| in ms (an added op is decided by its CPU time when it launches nothing), else
+    the first of them."""
     priority = {name: i for i, name in enumerate(section.deciders)}
+    to_ms = {m.name: m.to_ms or 1.0 for m in section.metrics}
     ranked = compared.with_columns(
         priority=pl.col("metric").replace_strict(priority, default=None, return_dtype=pl.Int32),
-        significant=pl.col("verdict").is_in(SIGNIFICANT).fill_null(False))
+        significant=pl.col("verdict").is_in(SIGNIFICANT).fill_null(False)
+    ).with_columns(change=pl.when("significant").then(
+        (pl.col("delta") * pl.col("metric").replace_strict(to_ms, return_dtype=pl.Float64)).abs()))
     candidates = ranked.filter(pl.col("priority").is_not_null()).with_row_index("row")
-    chosen = (candidates.sort("significant", "priority", descending=[True, False])
+    chosen = (candidates.sort(["significant", "change", "priority"], descending=[True, True, False], nulls_last=True)
               .group_by("key", "rank", maintain_order=True).first().select("row"))
     chosen_rows = candidates.join(chosen, on="row", how="semi").select("key", "rank", "metric", decides=pl.lit(True))
-    return (ranked.drop("priority", "significant")
+    return (ranked.drop("priority", "significant", "change")
             .join(chosen_rows, on=["key", "rank", "metric"], how="left", nulls_equal=True)
             .with_columns(pl.col("decides").fill_null(False)))
 
@@ -474,8 +510,8 @@ def attributes(section: Section, base: Side, cand: Side) -> pl.DataFrame | None:
     source = SECTION_SOURCES.get(section.name)
     if not section.attributes or source is None:
         return None
-    frames = [f.select(*section.keys, *section.attributes) for f in (result(cand, source), result(base, source))
-              if f is not None]
+    frames = [(merged_step_ops(f) if "name" in section.keys else f).select(*section.keys, *section.attributes)
+              for f in (result(cand, source), result(base, source)) if f is not None]
     if not frames:
         return None
     return pl.concat(frames).unique(section.keys, keep="first", maintain_order=True).cast(section.key_types)

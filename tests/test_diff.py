@@ -1,0 +1,169 @@
+"""tracekit diff: the noise rule on hand-built analysis results, then real and synthetic traces."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from tracekit import diff
+from tracekit.cli import main
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hand-built sides: per-step op results, from which totals, steps and step_stats are made as the analyses would.
+
+OPS = {"aten::mm": ("GEMM", 10.0), "aten::add": ("elementwise", 2.0), "aten::relu": ("elementwise", 1.0)}
+
+
+def side_from_steps(label: str, per_step_ops: pl.DataFrame) -> diff.Side:
+    """A Side whose op_summary, steps and step_stats agree with `per_step_ops` (rank, step, name, direct_kernel_ms...)."""
+    per_step = per_step_ops.with_columns(
+        category=pl.col("name").replace_strict({k: v[0] for k, v in OPS.items()}, default="other"),
+        subtree_kernel_ms=pl.col("direct_kernel_ms"), self_cpu_ms=pl.col("total_cpu_ms"))
+    totals = per_step.group_by("rank", "name", "category", maintain_order=True).agg(pl.exclude("step").sum())
+    steps = (per_step.group_by("rank", "step", maintain_order=True)
+             .agg(busy_ms=pl.col("direct_kernel_ms").sum())
+             .with_columns(idle_ms=pl.lit(5.0), duration_ms=pl.col("busy_ms") + 5.0, computation_ms=pl.col("busy_ms"),
+                           communication_ms=pl.lit(0.0), exposed_communication_ms=pl.lit(0.0),
+                           memcpy_ms=pl.lit(0.0), exposed_memcpy_ms=pl.lit(0.0)))
+    step_stats = steps.group_by("rank").agg(metric=pl.lit("duration_ms"), steps=pl.len(),
+                                            median=pl.col("duration_ms").median(), stddev=pl.col("duration_ms").std())
+    timeline = (steps.group_by("rank").agg(pl.col("busy_ms", "idle_ms", "duration_ms").sum())
+                .unpivot(index="rank", variable_name="category", value_name="time_ms")
+                .with_columns(pl.col("category").replace({"busy_ms": "busy", "idle_ms": "idle", "duration_ms": "total"})))
+    results = {"op_summary": totals, "steps": steps, "step_stats": step_stats, "gpu_timeline": timeline}
+    return diff.Side(label, results, {"op_summary": per_step},
+                     diff.step_counts_of(per_step.select("rank", "step").unique()))
+
+
+def noisy_ops(seed: int, steps: int = 6, slow: dict[str, float] | None = None, sd: float = 0.02,
+              ranks: int = 1) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = [dict(rank=r, step=s, name=name, count=4,
+                 direct_kernel_ms=ms * (slow or {}).get(name, 1.0) * (1 + sd * rng.standard_normal()),
+                 total_cpu_ms=0.5 * (1 + sd * rng.standard_normal()))
+            for r in range(ranks) for s in range(steps) for name, (_, ms) in OPS.items()]
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32})
+
+
+def op_row(result: diff.DiffResult, name: str) -> dict:
+    return result.sections["ops"].filter(pl.col("name") == name).row(0, named=True)
+
+
+def test_noise_bound_is_k_standard_errors_of_the_step_totals():
+    base_steps, cand_steps = noisy_ops(1), noisy_ops(2, slow={"aten::mm": 1.5})
+    result = diff.compare(side_from_steps("a", base_steps), side_from_steps("b", cand_steps))
+    # Independent computation of the documented rule for aten::mm's direct kernel time.
+    a = base_steps.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].to_numpy()
+    b = cand_steps.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].to_numpy()
+    se = math.sqrt(len(a) * a.var(ddof=1) + len(b) * b.var(ddof=1))
+    expected_noise = max(diff.DEFAULT_K * se, 0.01 * max(a.sum(), b.sum()), 0.001)
+    row = op_row(result, "aten::mm")
+    assert row["base_direct_kernel_ms"] == pytest.approx(a.sum())
+    assert row["cand_direct_kernel_ms"] == pytest.approx(b.sum())
+    assert row["noise_direct_kernel_ms"] == pytest.approx(expected_noise)
+    assert row["percent_delta_direct_kernel_ms"] == pytest.approx(100 * (b.sum() / a.sum() - 1))
+    assert row["verdict"] == "slower" and row["verdict_on"] == "direct_kernel_ms"
+    # The slowed op leads the list; the others stay within noise.
+    assert result.sections["ops"]["name"][0] == "aten::mm"
+    assert result.sections["ops"].filter(pl.col("name") != "aten::mm")["verdict"].to_list() == ["unchanged"] * 2
+    assert result.headline()["verdict"] == "slower"
+
+
+def test_same_configuration_gives_no_verdicts():
+    verdicts = []
+    for seed in range(20):
+        result = diff.compare(side_from_steps("a", noisy_ops(seed)), side_from_steps("b", noisy_ops(seed + 100)))
+        verdicts += result.measures.filter(pl.col("verdict").is_in(["slower", "faster"]))["item"].to_list()
+    # 20 pairs × (3 ops × 4 timed metrics + timeline + step time): at 3 standard errors almost nothing is called.
+    assert len(verdicts) <= 3, verdicts
+
+
+def test_an_op_missing_from_some_steps_counts_as_zero_there():
+    steps = noisy_ops(3).filter(~((pl.col("name") == "aten::relu") & (pl.col("step") >= 3)))
+    result = diff.compare(side_from_steps("a", steps), side_from_steps("b", steps))
+    relu = steps.filter(pl.col("name") == "aten::relu")["direct_kernel_ms"].to_list() + [0.0] * 3
+    se = math.sqrt(2 * 6 * np.var(relu, ddof=1))
+    assert op_row(result, "aten::relu")["noise_direct_kernel_ms"] == pytest.approx(diff.DEFAULT_K * se)
+
+
+def test_single_step_falls_back_to_the_relative_threshold():
+    base = noisy_ops(4, steps=1, sd=0)
+    cand = noisy_ops(5, steps=1, sd=0, slow={"aten::mm": 1.04, "aten::add": 1.06, "aten::relu": 0.9})
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand), threshold=5.0)
+    verdicts = dict(result.sections["ops"].select("name", "verdict").iter_rows())
+    assert verdicts == {"aten::mm": "unchanged", "aten::add": "slower", "aten::relu": "faster"}
+    assert op_row(result, "aten::mm")["noise_direct_kernel_ms"] == pytest.approx(0.05 * 10.0)
+    stricter = diff.compare(side_from_steps("a", base), side_from_steps("b", cand), threshold=3.0)
+    assert op_row(stricter, "aten::mm")["verdict"] == "slower"
+
+
+def test_ops_on_one_side_only_are_added_or_removed():
+    base = noisy_ops(6)
+    cand = pl.concat([noisy_ops(7).filter(pl.col("name") != "aten::relu"),
+                      noisy_ops(7).filter(pl.col("name") == "aten::mm").with_columns(name=pl.lit("aten::bmm"))])
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand))
+    verdicts = dict(result.sections["ops"].select("name", "verdict").iter_rows())
+    assert verdicts["aten::relu"] == "removed" and verdicts["aten::bmm"] == "added"
+    bmm = op_row(result, "aten::bmm")
+    assert bmm["base_direct_kernel_ms"] is None and bmm["delta_direct_kernel_ms"] == pytest.approx(bmm["cand_direct_kernel_ms"])
+    # Sorted by |delta|: the added bmm (≈60 ms) before the removed relu (≈6 ms).
+    names = result.sections["ops"]["name"].to_list()
+    assert names.index("aten::bmm") < names.index("aten::relu")
+
+
+def test_candidate_with_fewer_steps_is_scaled_to_the_baseline_step_count():
+    base, cand = noisy_ops(8, steps=6, sd=0.001), noisy_ops(9, steps=3, sd=0.001)
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand))
+    row = op_row(result, "aten::mm")
+    mm = cand.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].sum()
+    assert row["cand_direct_kernel_ms"] == pytest.approx(mm * 2)
+    assert row["verdict"] == "unchanged"
+    assert row["cand_count"] == 24
+
+
+def test_per_rank_and_all_ranks_rows():
+    base, cand = noisy_ops(10, ranks=2), noisy_ops(11, ranks=2, slow={"aten::mm": 1.3})
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand))
+    timeline = result.sections["gpu_timeline"].filter(pl.col("category") == "busy")
+    assert sorted(timeline["rank"].to_list(), key=lambda r: -1 if r is None else r) == [None, 0, 1]
+    overall = timeline.filter(pl.col("rank").is_null()).row(0, named=True)
+    assert overall["base_time_ms"] == pytest.approx(base["direct_kernel_ms"].sum())
+    assert set(timeline["verdict"]) == {"slower"}
+    assert op_row(result, "aten::mm")["base_count"] == 2 * 6 * 4
+
+
+def test_regression_gate_needs_both_the_percentage_and_noise():
+    result = diff.compare(side_from_steps("a", noisy_ops(12)), side_from_steps("b", noisy_ops(13, slow={"aten::mm": 1.5})))
+    percent = result.headline()["percent_delta"]
+    assert 20 < percent < 40  # mm is 10 of 18 ms per step
+    assert result.regressed(percent - 5) and not result.regressed(percent + 5)
+    assert result.regressed(10, "op:aten::mm") and not result.regressed(10, "op:aten::add")
+    assert result.regressed(10, "busy") and not result.regressed(1, "idle")
+    with pytest.raises(LookupError):
+        result.regressed(10, "op:aten::nothing")
+
+
+def test_kernel_names_that_do_not_match_are_noted():
+    def with_kernels(side: diff.Side, prefix: str) -> diff.Side:
+        ops = side.results["op_summary"]
+        kernels = ops.select("rank", kernel_name=prefix + pl.col("name"), category="category",
+                             count="count", total_us=pl.col("direct_kernel_ms") * 1000)
+        return diff.Side(side.label, {**side.results, "kernel_summary": kernels}, side.per_step, side.step_counts)
+
+    a, b = side_from_steps("a", noisy_ops(14)), side_from_steps("b", noisy_ops(15))
+    result = diff.compare(with_kernels(a, "sm90_"), with_kernels(b, "Cijk_"))
+    assert any("kernel names mostly differ" in n for n in result.notes)
+    assert set(result.sections["kernels"]["verdict"]) == {"added", "removed"}
+    assert set(result.sections["ops"]["verdict"]) == {"unchanged"}
+    same = diff.compare(with_kernels(a, "sm90_"), with_kernels(b, "sm90_"))
+    assert not same.notes
+
+
+def test_cli_rejects_an_unknown_metric_with_exit_code_2(tmp_path):
+    out = CliRunner().invoke(main, ["diff", str(tmp_path), str(tmp_path), "--fail-on-regression", "5",
+                                    "--metric", "bogus"])
+    assert out.exit_code == 2 and "bogus" in out.output
