@@ -9,8 +9,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+import tracekit
 from tracekit import diff
 from tracekit.cli import main
+
+from .conftest import shared_trace
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hand-built sides: per-step op results, from which totals, steps and step_stats are made as the analyses would.
@@ -167,3 +170,84 @@ def test_cli_rejects_an_unknown_metric_with_exit_code_2(tmp_path):
     out = CliRunner().invoke(main, ["diff", str(tmp_path), str(tmp_path), "--fail-on-regression", "5",
                                     "--metric", "bogus"])
     assert out.exit_code == 2 and "bogus" in out.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real traces
+
+ORACLE = "oracles/tracelens_compare_h100_vs_mi300_qwen"
+WORKERS = "diff_pairs/resnet50_v100_workers0_vs_workers4"
+
+
+@pytest.fixture(scope="module")
+def cross_vendor():
+    h100 = tracekit.load(shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz"))
+    mi300 = tracekit.load(shared_trace("amd/mi300x_qwen1.5-0.5b.json.gz"))
+    return diff.compare(h100, mi300, labels=("h100", "mi300"))
+
+
+def test_cross_vendor_op_kernel_times_agree_with_tracelens_compare(cross_vendor):
+    oracle = pl.read_csv(shared_trace(ORACLE) / "ops_summary.csv")
+    ops = cross_vendor.sections["ops"]
+    joined = oracle.join(ops, on="name", how="left")
+    assert joined.height == oracle.height >= 20
+    for ours, theirs in (("base_direct_kernel_ms", "h100::total_direct_kernel_time_ms"),
+                         ("cand_direct_kernel_ms", "mi300::total_direct_kernel_time_ms")):
+        # TraceLens leaves an op out of a side where it launched nothing: ours is then 0 or absent.
+        pairs = joined.select(ours=pl.col(ours).fill_null(0), theirs=pl.col(theirs).fill_null(0))
+        assert pairs["ours"].to_numpy() == pytest.approx(pairs["theirs"].to_numpy(), rel=1e-3, abs=1e-5), ours
+    both = joined.filter(pl.col("h100::total_direct_kernel_time_ms").is_not_null())
+    assert both["delta_direct_kernel_ms"].to_numpy() == pytest.approx(
+        both["total_direct_kernel_time_ms__mi300_diff"].to_numpy(), rel=1e-3, abs=1e-5)
+
+
+def test_cross_vendor_gpu_timeline_agrees_with_tracelens_compare(cross_vendor):
+    oracle = pl.read_csv(shared_trace(ORACLE) / "gpu_timeline.csv")
+    timeline = cross_vendor.sections["gpu_timeline"].filter(pl.col("rank").is_null())
+    for category, kind in (("busy", "busy_time"), ("idle", "idle_time"), ("computation", "computation_time"),
+                           ("total", "total_time")):
+        ours = timeline.filter(pl.col("category") == category).row(0, named=True)
+        theirs = oracle.filter(pl.col("type") == kind).row(0, named=True)
+        assert ours["base_time_ms"] == pytest.approx(theirs["h100::time ms"], rel=1e-3)
+        assert ours["cand_time_ms"] == pytest.approx(theirs["mi300::time ms"], rel=1e-3)
+
+
+def test_cross_vendor_compares_at_op_and_category_level(cross_vendor):
+    assert any("kernel names mostly differ" in n for n in cross_vendor.notes)
+    categories = dict(cross_vendor.sections["categories"].select("category", "verdict").iter_rows())
+    # Same model, same ops: every category exists on both sides (no added/removed), so the comparison is usable.
+    assert {"GEMM", "elementwise", "attention"} <= categories.keys()
+    assert not {"added", "removed"} & {categories[c] for c in ("GEMM", "elementwise", "attention")}
+
+
+@pytest.fixture(scope="module")
+def workers_pair():
+    pair = shared_trace(WORKERS)
+    return pair / "workers0.pt.trace.json.gz", pair / "workers4.pt.trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def workers_diff(workers_pair):
+    return diff.compare(*(tracekit.load(p) for p in workers_pair), labels=("workers0", "workers4"))
+
+
+def test_dataloader_workers_show_as_the_top_change(workers_diff):
+    top = workers_diff.top_changes(5)
+    # With 4 workers the main process no longer runs the single-process DataLoader iterator.
+    assert top["item"][0] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert top["verdict"][0] == "removed"
+    ops = dict(workers_diff.sections["ops"].select("name", "verdict").iter_rows())
+    assert ops["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"] == "added"
+    assert workers_diff.headline()["verdict"] == "faster"
+    idle = workers_diff.sections["gpu_timeline"].filter(pl.col("rank").is_null() & (pl.col("category") == "idle"))
+    assert idle["verdict"][0] == "faster"
+
+
+def test_fail_on_regression_exit_codes(workers_pair):
+    workers0, workers4 = map(str, workers_pair)
+    slower = CliRunner().invoke(main, ["diff", workers4, workers0, "--fail-on-regression", "5"])
+    assert slower.exit_code == 1, slower.output
+    assert "regression: step_time" in slower.output
+    faster = CliRunner().invoke(main, ["diff", workers0, workers4, "--fail-on-regression", "5"], env={"COLUMNS": "160"})
+    assert faster.exit_code == 0, faster.output
+    assert "step time" in faster.output and "enumerate(DataLoader)" in faster.output

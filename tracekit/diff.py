@@ -572,6 +572,8 @@ def signed(value: float | None, digits: int = 2, suffix: str = "") -> str:
 
 def print_summary(result: DiffResult, console, top: int = 15) -> None:
     """The headline (step time A → B), the GPU time breakdown and the largest changes, as rich text and a table."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(f"[bold]{result.base_label}[/] → [bold]{result.cand_label}[/]")
@@ -594,18 +596,17 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
     if changes.height == 0:
         console.print(f"no change beyond noise among {', '.join(sections)}")
     else:
-        table = Table(title=f"top changes ({', '.join(sections)}; all ranks)", title_justify="left")
-        for name, justify in (("", "left"), ("item", "left"), ("on", "left"), ("base ms", "right"),
-                              ("cand ms", "right"), ("Δ ms", "right"), ("Δ %", "right"), ("noise ms", "right"),
-                              ("verdict", "left")):
-            table.add_column(name, justify=justify, overflow="fold" if name == "item" else "ellipsis")
+        table = Table(title=f"top changes ({', '.join(sections)}; all ranks)", title_justify="left", box=box.SIMPLE)
+        table.add_column("item", overflow="fold", ratio=1)
+        for name in ("base → cand ms", "Δ ms (Δ %)", "noise ms"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("verdict", no_wrap=True)
         for r in changes.iter_rows(named=True):
-            item = r["item"] if len(r["item"]) <= 80 else r["item"][:77] + "..."
-            table.add_row(r["section"], item, METRIC_LABELS.get(r["metric"], r["metric"]),
-                          "" if r["base_ms"] is None else f"{r['base_ms']:,.3f}",
-                          "" if r["cand_ms"] is None else f"{r['cand_ms']:,.3f}",
-                          signed(r["delta_ms"], 3), signed(r["percent_delta"], 1), f"{r['noise_ms']:,.3f}",
-                          styled(r["verdict"]))
+            item = r["item"] if len(r["item"]) <= 100 else r["item"][:97] + "..."
+            values = " → ".join("-" if v is None else f"{v:,.3f}" for v in (r["base_ms"], r["cand_ms"]))
+            percent = "" if r["percent_delta"] is None else f" ({r['percent_delta']:+.1f}%)"
+            table.add_row(f"[dim]{r['section']}[/] {escape(item)} [dim]({METRIC_LABELS.get(r['metric'], r['metric'])})[/]",
+                          values, f"{r['delta_ms']:+,.3f}{percent}", f"±{r['noise_ms']:,.3f}", styled(r["verdict"]))
         console.print(table)
     for note in result.notes:
         console.print(f"note: {note}")
