@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import diff, schema
+from . import synth as synthetic
 from .errors import InputError
 from .loader import find_trace_files, is_dataset, load, write_dataset
 
@@ -110,6 +111,35 @@ def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top):
 
 def signed_percent(value: float | None) -> str:
     return "∞%" if value is None else f"{value:+.1f}%"
+
+
+@main.command()
+@click.option("--ranks", type=click.IntRange(min=1), default=2, show_default=True, help="Number of ranks (one file each).")
+@click.option("--steps", type=click.IntRange(min=1), default=4, show_default=True, help="Profiler steps per rank.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The job: model shapes, kernel speeds, rank skew.")
+@click.option("--scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Multiplies the number of ops per step (layers): --ranks 2 --steps 4 --scale 117 gives about 1M events.")
+@click.option("--noise", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Sigma of the log-normal jitter applied to every duration.")
+@click.option("--noise-seed", type=int, default=0, show_default=True,
+              help="With the same --seed, another capture of the same job.")
+@click.option("--slow-kernel", "slow_kernels", multiple=True, metavar="NAME=FACTOR",
+              help="Multiply the durations of kernels whose name contains NAME (repeatable).")
+@click.option("--queued-kernels", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Kernels queued before the profiling window: on the GPU, with no launch call in the trace.")
+@click.option("--merged", is_flag=True, help="Also write merged/merged.json holding every rank (TraceFuse style).")
+@click.option("--gzip", "gzip_output", is_flag=True, help="Write .json.gz files.")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory for rank{r}.json and ground_truth.json.")
+@user_errors
+def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, out_dir):
+    """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
+    paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
+                               slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
+                               merged=merged, gzip=gzip_output)
+    entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])
+    stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
+                 f"({ranks} ranks, {entries:,} trace events) and {synthetic.GROUND_TRUTH_FILE}")
 
 
 @main.command(name="schema")

@@ -17,6 +17,7 @@ from .ingest import FileTables, file_rank, parse_file, tables_from_file
 from .tables import TraceTables
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+NOT_TRACES = ("ground_truth.json",)  # written beside its traces by `tracekit synth`; skipped in directory scans
 DATASET_MARKER = "_tracekit.json"
 FORMAT_VERSION = 1
 
@@ -32,7 +33,8 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
+            found = sorted(f for f in p.iterdir()
+                           if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and f.name not in NOT_TRACES)
             if not found:
                 raise InputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
             files += found
