@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracekit
-from tracekit import diff
+from tracekit import diff, synth
 from tracekit.cli import main
 
 from .conftest import shared_trace
@@ -56,18 +56,25 @@ def op_row(result: diff.DiffResult, name: str) -> dict:
     return result.sections["ops"].filter(pl.col("name") == name).row(0, named=True)
 
 
-def test_noise_bound_is_k_standard_errors_of_the_step_totals():
+def t_quantile(k: float, dof: float) -> float:
+    """The documented multiplier, from scipy: Student t at the two-sided tail probability of k normal sigmas."""
+    stats = pytest.importorskip("scipy.stats")
+    return float(stats.t.isf(stats.norm.sf(k), dof))
+
+
+def test_noise_bound_is_t_standard_errors_of_the_step_totals():
     base_steps, cand_steps = noisy_ops(1), noisy_ops(2, slow={"aten::mm": 1.5})
     result = diff.compare(side_from_steps("a", base_steps), side_from_steps("b", cand_steps))
     # Independent computation of the documented rule for aten::mm's direct kernel time.
     a = base_steps.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].to_numpy()
     b = cand_steps.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].to_numpy()
-    se = math.sqrt(len(a) * a.var(ddof=1) + len(b) * b.var(ddof=1))
-    expected_noise = max(diff.DEFAULT_K * se, 0.01 * max(a.sum(), b.sum()), 0.001)
+    var_a, var_b = len(a) * a.var(ddof=1), len(b) * b.var(ddof=1)
+    dof = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
+    expected_noise = max(t_quantile(diff.DEFAULT_K, dof) * math.sqrt(var_a + var_b), 0.01 * max(a.sum(), b.sum()))
     row = op_row(result, "aten::mm")
     assert row["base_direct_kernel_ms"] == pytest.approx(a.sum())
     assert row["cand_direct_kernel_ms"] == pytest.approx(b.sum())
-    assert row["noise_direct_kernel_ms"] == pytest.approx(expected_noise)
+    assert row["noise_direct_kernel_ms"] == pytest.approx(expected_noise, rel=2e-3)
     assert row["percent_delta_direct_kernel_ms"] == pytest.approx(100 * (b.sum() / a.sum() - 1))
     assert row["verdict"] == "slower" and row["verdict_on"] == "direct_kernel_ms"
     # The slowed op leads the list; the others stay within noise.
@@ -90,7 +97,7 @@ def test_an_op_missing_from_some_steps_counts_as_zero_there():
     result = diff.compare(side_from_steps("a", steps), side_from_steps("b", steps))
     relu = steps.filter(pl.col("name") == "aten::relu")["direct_kernel_ms"].to_list() + [0.0] * 3
     se = math.sqrt(2 * 6 * np.var(relu, ddof=1))
-    assert op_row(result, "aten::relu")["noise_direct_kernel_ms"] == pytest.approx(diff.DEFAULT_K * se)
+    assert op_row(result, "aten::relu")["noise_direct_kernel_ms"] == pytest.approx(t_quantile(3, 10) * se, rel=2e-3)
 
 
 def test_single_step_falls_back_to_the_relative_threshold():
@@ -251,3 +258,50 @@ def test_fail_on_regression_exit_codes(workers_pair):
     faster = CliRunner().invoke(main, ["diff", workers0, workers4, "--fail-on-regression", "5"], env={"COLUMNS": "160"})
     assert faster.exit_code == 0, faster.output
     assert "step time" in faster.output and "enumerate(DataLoader)" in faster.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Synthetic runs: two captures of one job, and the same job with one kernel slowed down
+
+SLOWED_KERNEL = "cunn_SoftMaxForward"
+SYNTH_JOB = dict(ranks=2, steps=6, seed=3)
+
+
+@pytest.fixture(scope="module")
+def synth_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synth_runs")
+    for name, noise_seed, slow in (("base", 1, None), ("same", 2, None), ("slow", 2, {SLOWED_KERNEL: 1.5})):
+        synth.generate(root / name, noise=0.05, noise_seed=noise_seed, slow_kernels=slow, **SYNTH_JOB)
+    # Without noise, the ops whose direct kernel time the slow-down changes are exactly the kernel's launchers.
+    for name, slow in (("exact_base", None), ("exact_slow", {SLOWED_KERNEL: 1.5})):
+        synth.generate(root / name, slow_kernels=slow, **SYNTH_JOB)
+    return root
+
+
+def launchers_of_slowed_kernel(root) -> set[str]:
+    before, after = (synth.read_ground_truth(root / name)["ranks"][0]["ops"] for name in ("exact_base", "exact_slow"))
+    return {op for op, truth in before.items() if truth["direct_kernel_ns"] != after[op]["direct_kernel_ns"]}
+
+
+def test_two_captures_of_one_job_give_almost_no_verdicts(synth_runs):
+    result = diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "same"))
+    judged = result.measures.filter(pl.col("decides") & pl.col("verdict").is_not_null())
+    called = judged.filter(pl.col("verdict").is_in(["slower", "faster"]))
+    assert judged.height > 100
+    assert called.height <= max(2, judged.height // 100), called.select("section", "item", "metric", "delta", "noise")
+    assert judged.filter(pl.col("verdict").is_in(["added", "removed"])).height == 0
+
+
+def test_a_slowed_kernel_and_its_launching_op_top_the_regressions(synth_runs):
+    launchers = launchers_of_slowed_kernel(synth_runs)
+    assert len(launchers) == 1
+    result = diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "slow"))
+    kernel = result.sections["kernels"].row(0, named=True)
+    assert SLOWED_KERNEL in kernel["kernel_name"] and kernel["verdict"] == "slower"
+    assert kernel["percent_delta_total_us"] == pytest.approx(50, abs=10)
+    op = result.sections["ops"].row(0, named=True)
+    assert op["name"] in launchers and op["verdict"] == "slower"
+    top = result.top_changes(2)
+    assert set(top["verdict"]) == {"slower"}
+    assert {r["item"] if r["section"] == "ops" else SLOWED_KERNEL * (SLOWED_KERNEL in r["item"])
+            for r in top.iter_rows(named=True)} == launchers | {SLOWED_KERNEL}

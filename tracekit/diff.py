@@ -5,12 +5,16 @@ several `ProfilerStep`s — the same analyses rerun once per step, whose spread 
 both sides into long "measures" (key, rank, metric, value, per-step spread) and lets DuckDB full-outer-join them and
 judge every difference (queries/diff/compare.sql):
 
-    noise = max(k * sqrt(se_base² + se_cand²), floor_percent of the larger value, absolute floor of the unit)
+    noise = max(t_k(dof) * sqrt(se_base² + se_cand²), floor_percent of the larger value, absolute floor of the unit)
 
 where a side's standard error for a total over n steps whose per-step values have standard deviation sd is sd·√n
-(sd/√n for a mean, 1.2533·sd/√n for a median). A difference is only called slower/faster when |delta| > noise. With
-a single step on both sides there is no spread, and the rule falls back to |delta| > threshold_percent of the
-baseline. Keys present on one side only are added/removed.
+(sd/√n for a mean, 1.2533·sd/√n for a median), and t_k(dof) is the Student t quantile with the Welch degrees of
+freedom at the tail probability of k normal sigmas (k = 3 by default; t is about 4 with 6 steps a side, → k with many
+steps): a spread measured on few steps is uncertain, and a plain k would call ~3% of unchanged measures. A
+difference is only called slower/faster when |delta| > noise. With a single step on both sides there is no spread,
+and the rule falls back to |delta| > threshold_percent of the baseline. Keys present on one side only are
+added/removed. Ops are judged on their direct kernel time and their self CPU time (not total CPU time, which would
+repeat a child's change in every ancestor and count time blocked in a synchronising child as the op's own).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from . import analyses
 from .tables import TraceTables
 
 DEFAULT_THRESHOLD_PERCENT = 5.0  # single-step fallback: relative change that counts
-DEFAULT_K = 3.0  # standard errors a change must exceed when the spread is known
+DEFAULT_K = 3.0  # normal sigmas whose tail probability sets the t quantile a change must exceed
 DEFAULT_FLOOR_PERCENT = 1.0  # changes smaller than this share of the value are never called, however steady the steps
 MEDIAN_SE_FACTOR = 1.2533  # standard error of a median / standard error of a mean, for normal noise
 SIGNIFICANT = ("slower", "faster", "added", "removed")
@@ -81,9 +85,9 @@ OP_METRICS = (COUNT, sum_ms("direct_kernel_ms"), sum_ms("subtree_kernel_ms"), su
 SECTIONS = {s.name: s for s in (
     Section("step_time", {"measure": pl.String}, (Metric("step_time_ms", +1, "median", 0.001),), ("step_time_ms",), True),
     Section("gpu_timeline", {"category": pl.String}, (sum_ms("time_ms"),), ("time_ms",), True),
-    Section("ops", {"name": pl.String}, OP_METRICS, ("direct_kernel_ms", "total_cpu_ms"), False, ("category",)),
-    Section("ops_by_shape", {"name": pl.String, "input_dims": pl.String, "input_type": pl.String}, OP_METRICS, ("direct_kernel_ms", "total_cpu_ms"),
-            False, ("category",)),
+    Section("ops", {"name": pl.String}, OP_METRICS, ("direct_kernel_ms", "self_cpu_ms"), False, ("category",)),
+    Section("ops_by_shape", {"name": pl.String, "input_dims": pl.String, "input_type": pl.String}, OP_METRICS,
+            ("direct_kernel_ms", "self_cpu_ms"), False, ("category",)),
     Section("kernels", {"kernel_name": pl.String}, (COUNT, sum_us("total_us")), ("total_us",), False, ("category",)),
     Section("categories", {"category": pl.String}, (COUNT, sum_ms("direct_kernel_ms")), ("direct_kernel_ms",), False),
     Section("collectives", {"collective": pl.String, "dtype": pl.String, "bytes": pl.Int64, "group_size": pl.Int64},
@@ -557,7 +561,7 @@ def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...
 # ---------------------------------------------------------------------------------------------------------------
 # Terminal view
 
-METRIC_LABELS = {"direct_kernel_ms": "kernel", "total_us": "kernel", "total_cpu_ms": "cpu", "time_us": "time",
+METRIC_LABELS = {"direct_kernel_ms": "kernel", "total_us": "kernel", "self_cpu_ms": "self cpu", "time_us": "time",
                  "time_ms": "time", "busbw_gbps": "busbw"}
 VERDICT_STYLES = {"slower": "red", "faster": "green", "added": "yellow", "removed": "cyan", "unchanged": "dim"}
 
