@@ -142,6 +142,7 @@ class DiffResult:
     sections: dict[str, pl.DataFrame]
     measures: pl.DataFrame
     settings: Settings
+    step_basis: tuple[tuple[str, str], ...] = ()  # (label, what step time means on that side)
     notes: tuple[str, ...] = ()
 
     def headline(self) -> dict:
@@ -173,6 +174,31 @@ class DiffResult:
                 .select("section", "item", "metric", "base_ms", "cand_ms", "delta_ms", "percent_delta", "noise_ms",
                         "verdict")
                 .head(limit))
+
+    def one_side_only(self) -> pl.DataFrame:
+        """Keys found in one run only (all ranks), with the time of their deciding measure in ms."""
+        return (self.measures
+                .filter(pl.col("decides") & pl.col("rank").is_null() & pl.col("verdict").is_in(["added", "removed"]))
+                .select("section", "item",
+                        found_in=pl.when(pl.col("verdict") == "added").then(pl.lit(self.cand_label))
+                        .otherwise(pl.lit(self.base_label)),
+                        metric="metric", time_ms=pl.coalesce("base", "cand") * pl.col("to_ms"))
+                .sort(pl.col("time_ms").abs(), descending=True, nulls_last=True))
+
+    def workbook_frames(self, top: int = 30) -> dict[str, pl.DataFrame]:
+        """The frames reports/diff.toml lays out, by the names its blocks use."""
+        head = self.headline()
+        summary = pl.DataFrame([{
+            "baseline": self.base_label, "candidate": self.cand_label,
+            "step_time_basis": "; ".join(f"{label}: {basis}" for label, basis in self.step_basis),
+            "base_step_time_ms": head["base"], "cand_step_time_ms": head["cand"], "delta_step_time_ms": head["delta"],
+            "percent_delta_step_time_ms": head["percent_delta"], "noise_step_time_ms": head["noise"],
+            "verdict": head["verdict"], **vars(self.settings), "notes": "\n".join(self.notes),
+        }])
+        timeline = self.sections["gpu_timeline"]
+        return {"summary": summary, "top_changes": self.top_changes(top),
+                "gpu_timeline_all": timeline.filter(pl.col("rank").is_null()).drop("rank"),
+                "one_side_only": self.one_side_only(), **self.sections}
 
 
 def parse_metric_name(name: str) -> tuple[str, str]:
@@ -439,7 +465,8 @@ def compare(base: TraceTables | Side, cand: TraceTables | Side, threshold: float
     measures = pl.concat([long_form(section, compared[name]) for name, section in SECTIONS.items()])
     sections = {name: wide_form(section, compared[name], attributes(section, base, cand))
                 for name, section in SECTIONS.items()}
-    return DiffResult(base.label, cand.label, sections, measures, settings, diff_notes(base, cand, measures))
+    return DiffResult(base.label, cand.label, sections, measures, settings,
+                      tuple((s.label, step_basis(s)) for s in (base, cand)), diff_notes(base, cand, measures))
 
 
 def coverage(base: Side, cand: Side) -> pl.DataFrame:
@@ -545,9 +572,8 @@ def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | No
 
 def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...]:
     notes = []
-    basis = (step_basis(base), step_basis(cand))
-    if basis[0] != basis[1]:
-        notes.append(f"step time is the {basis[0]} on {base.label} but the {basis[1]} on {cand.label}")
+    if step_basis(base) != step_basis(cand):
+        notes.append(f"step time is the {step_basis(base)} on {base.label} but the {step_basis(cand)} on {cand.label}")
     kernels = measures.filter((pl.col("section") == "kernels") & (pl.col("metric") == "total_us") & pl.col("rank").is_null())
     total = kernels.select(pl.col("base").fill_null(0).sum() + pl.col("cand").fill_null(0).sum()).item()
     matched = kernels.filter(pl.col("base").is_not_null() & pl.col("cand").is_not_null()).select(
