@@ -16,13 +16,13 @@ from tracekit.cli import main
 from .conftest import shared_trace
 
 # ---------------------------------------------------------------------------------------------------------------
-# Hand-built sides: per-step op results, from which totals, steps and step_stats are made as the analyses would.
+# Hand-built sides: per-step op results, from which totals and steps are made as the analyses would.
 
 OPS = {"aten::mm": ("GEMM", 10.0), "aten::add": ("elementwise", 2.0), "aten::relu": ("elementwise", 1.0)}
 
 
 def side_from_steps(label: str, per_step_ops: pl.DataFrame) -> diff.Side:
-    """A Side whose op_summary, steps and step_stats agree with `per_step_ops` (rank, step, name, direct_kernel_ms...)."""
+    """A Side whose op_summary, steps and gpu_timeline agree with `per_step_ops` (rank, step, name, direct_kernel_ms...)."""
     per_step = per_step_ops.with_columns(
         category=pl.col("name").replace_strict({k: v[0] for k, v in OPS.items()}, default="other"),
         subtree_kernel_ms=pl.col("direct_kernel_ms"), self_cpu_ms=pl.col("total_cpu_ms"))
@@ -32,12 +32,10 @@ def side_from_steps(label: str, per_step_ops: pl.DataFrame) -> diff.Side:
              .with_columns(idle_ms=pl.lit(5.0), duration_ms=pl.col("busy_ms") + 5.0, computation_ms=pl.col("busy_ms"),
                            communication_ms=pl.lit(0.0), exposed_communication_ms=pl.lit(0.0),
                            memcpy_ms=pl.lit(0.0), exposed_memcpy_ms=pl.lit(0.0)))
-    step_stats = steps.group_by("rank").agg(metric=pl.lit("duration_ms"), steps=pl.len(),
-                                            median=pl.col("duration_ms").median(), stddev=pl.col("duration_ms").std())
     timeline = (steps.group_by("rank").agg(pl.col("busy_ms", "idle_ms", "duration_ms").sum())
                 .unpivot(index="rank", variable_name="category", value_name="time_ms")
                 .with_columns(pl.col("category").replace({"busy_ms": "busy", "idle_ms": "idle", "duration_ms": "total"})))
-    results = {"op_summary": totals, "steps": steps, "step_stats": step_stats, "gpu_timeline": timeline}
+    results = {"op_summary": totals, "steps": steps, "gpu_timeline": timeline}
     return diff.Side(label, results, {"op_summary": per_step},
                      diff.step_counts_of(per_step.select("rank", "step").unique()))
 
@@ -81,6 +79,29 @@ def test_noise_bound_is_t_standard_errors_of_the_step_totals():
     assert result.sections["ops"]["name"][0] == "aten::mm"
     assert result.sections["ops"].filter(pl.col("name") != "aten::mm")["verdict"].to_list() == ["unchanged"] * 2
     assert result.headline()["verdict"] == "slower"
+
+
+def test_step_time_is_the_median_step_with_a_robust_spread():
+    # Candidate: most steps 25% faster, one warm-up-like outlier step slower than every baseline step.
+    base_ms = [176.1, 174.0, 176.9, 181.3, 176.5, 164.3]
+    cand_ms = [181.6, 123.9, 126.8, 126.3, 163.5, 116.1]
+
+    def side(label, durations):
+        steps = pl.DataFrame({"rank": [0] * 6, "step": list(range(6)), "duration_ms": durations},
+                             schema_overrides={"rank": pl.Int32})
+        return diff.Side(label, {"steps": steps})
+
+    head = diff.compare(side("a", base_ms), side("b", cand_ms)).headline()
+    a, b = np.array(base_ms), np.array(cand_ms)
+    robust_sd = [1.4826 * np.median(np.abs(x - np.median(x))) for x in (a, b)]
+    var_a, var_b = (1.2533**2 * sd**2 / 6 for sd in robust_sd)
+    dof = (var_a + var_b) ** 2 / (var_a**2 / 5 + var_b**2 / 5)
+    assert head["base"] == pytest.approx(np.median(a)) and head["cand"] == pytest.approx(np.median(b))
+    assert head["noise"] == pytest.approx(t_quantile(diff.DEFAULT_K, dof) * math.sqrt(var_a + var_b), rel=2e-3)
+    assert head["verdict"] == "faster"
+    # The sample standard deviation, inflated by the two slow steps, would not have called it.
+    sd_bound = t_quantile(diff.DEFAULT_K, 5) * 1.2533 * math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 6)
+    assert abs(head["delta"]) < sd_bound
 
 
 def test_same_configuration_gives_no_verdicts():

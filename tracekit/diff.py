@@ -8,7 +8,8 @@ judge every difference (queries/diff/compare.sql):
     noise = max(t_k(dof) * sqrt(se_base² + se_cand²), floor_percent of the larger value, absolute floor of the unit)
 
 where a side's standard error for a total over n steps whose per-step values have standard deviation sd is sd·√n
-(sd/√n for a mean, 1.2533·sd/√n for a median), and t_k(dof) is the Student t quantile with the Welch degrees of
+(sd/√n for a mean; for the median step time 1.2533·sd/√n with the robust sd = 1.4826 × median absolute deviation),
+and t_k(dof) is the Student t quantile with the Welch degrees of
 freedom at the tail probability of k normal sigmas (k = 3 by default; t is about 4 with 6 steps a side, → k with many
 steps): a spread measured on few steps is uncertain, and a plain k would call ~3% of unchanged measures. A
 difference is only called slower/faster when |delta| > noise. With a single step on both sides there is no spread,
@@ -30,11 +31,11 @@ from .tables import TraceTables
 DEFAULT_THRESHOLD_PERCENT = 5.0  # single-step fallback: relative change that counts
 DEFAULT_K = 3.0  # normal sigmas whose tail probability sets the t quantile a change must exceed
 DEFAULT_FLOOR_PERCENT = 1.0  # changes smaller than this share of the value are never called, however steady the steps
-MEDIAN_SE_FACTOR = 1.2533  # standard error of a median / standard error of a mean, for normal noise
+MAD_TO_SD = 1.4826  # median absolute deviation → standard deviation, for normal noise
 SIGNIFICANT = ("slower", "faster", "added", "removed")
 
 TOTALS_ANALYSES = ("gpu_timeline", "op_summary", "op_by_shape", "op_categories", "kernel_summary", "steps",
-                   "step_stats", "collectives", "critical_path_summary")
+                   "collectives", "critical_path_summary")
 PER_STEP_ANALYSES = ("op_by_shape", "kernel_summary", "collectives")
 
 
@@ -146,7 +147,8 @@ class DiffResult:
     notes: tuple[str, ...] = ()
 
     def headline(self) -> dict:
-        """Step time (all ranks): base, cand, delta, percent_delta, noise, verdict (values in ms)."""
+        """Median step time (all ranks: per step the slowest rank): base, cand, delta, percent_delta, noise, verdict
+        (values in ms); without ProfilerSteps, the GPU timeline's total time."""
         return self.metric("step_time")
 
     def metric(self, name: str) -> dict:
@@ -319,8 +321,9 @@ def side_measures(con: duckdb.DuckDBPyConnection, side: Side, section: Section) 
     if section.name == "step_time":
         return step_time_measures(side)
     if section.name == "gpu_timeline":
-        totals = result(side, "gpu_timeline")
-        steps = result(side, "steps")
+        totals, steps = result(side, "gpu_timeline"), result(side, "steps")
+        if totals is None:
+            return empty_measures(section)
         step_values = None
         if steps is not None:
             step_values = (steps.select("rank", "step", *TIMELINE_STEP_COLUMNS.values())
@@ -412,28 +415,27 @@ def collective_measures(con, side: Side, section: Section) -> pl.DataFrame:
 
 
 def step_time_measures(side: Side) -> pl.DataFrame:
-    """Median step time per rank (step_stats) and for all ranks (per step, the slowest rank), with its spread;
-    without steps, the GPU timeline's total time (whole trace)."""
+    """Median step time per rank and for all ranks (per step, the slowest rank), with a robust spread: 1.4826 × the
+    median absolute deviation (a warm-up step or a data-loading stall is an outlier, not noise; the sd of 6 steps
+    with one such step would hide a 30% change). Without steps, the GPU timeline's total time (whole trace)."""
     section = SECTIONS["step_time"]
-    rows = []
-    stats = result(side, "step_stats")
-    if stats is not None:
-        rows.append(stats.filter(pl.col("metric") == "duration_ms").select(
-            pl.col("rank").cast(pl.Int32), value="median", spread_sd="stddev", spread_n="steps"))
     steps = result(side, "steps")
     if steps is not None:
-        per_step = steps.group_by("step").agg(pl.col("duration_ms").max())["duration_ms"]
-        rows.append(pl.DataFrame({"rank": [None], "value": [per_step.median()], "spread_sd": [per_step.std()],
-                                  "spread_n": [per_step.len()]}))
+        overall = steps.group_by("step").agg(pl.col("duration_ms").max()).with_columns(rank=pl.lit(None, pl.Int32))
+        frame = (pl.concat([steps.select(pl.col("rank").cast(pl.Int32), "step", "duration_ms"),
+                            overall.select("rank", "step", "duration_ms")])
+                 .group_by("rank", maintain_order=True)
+                 .agg(value=pl.col("duration_ms").median(),
+                      spread_sd=MAD_TO_SD * (pl.col("duration_ms") - pl.col("duration_ms").median()).abs().median(),
+                      spread_n=pl.len().cast(pl.Int64)))
     else:
         timeline = result(side, "gpu_timeline")
-        if timeline is not None:
-            total = timeline.filter(pl.col("category") == "total").select(pl.col("rank").cast(pl.Int32), value="time_ms")
-            rows += [total, pl.DataFrame({"rank": [None], "value": [total["value"].max()]})]
-    if not rows:
-        return empty_measures(section)
-    frame = pl.concat([r.select(pl.col(c).cast(t) if c in r.columns else pl.lit(None, t).alias(c)
-                                for c, t in MEASURE_SCHEMA.items() if c != "metric") for r in rows])
+        if timeline is None:
+            return empty_measures(section)
+        total = timeline.filter(pl.col("category") == "total").select(pl.col("rank").cast(pl.Int32), value="time_ms")
+        frame = pl.concat([total, pl.DataFrame({"rank": [None], "value": [total["value"].max()]},
+                                               schema={"rank": pl.Int32, "value": pl.Float64})])
+        frame = frame.with_columns(spread_sd=pl.lit(None, pl.Float64), spread_n=pl.lit(1, pl.Int64))
     return frame.with_columns(key=pl.struct(measure=pl.lit("step time")), metric=pl.lit("step_time_ms"),
                               spread_sd=pl.when(pl.col("spread_n") >= 2).then(pl.col("spread_sd"))
                               ).select("key", *MEASURE_SCHEMA)

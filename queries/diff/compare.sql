@@ -11,7 +11,7 @@
 --   noise: smallest |delta| that is called a change, in the metric's unit
 --   verdict: added, removed, slower, faster, unchanged; null for measures with no better direction (counts)
 -- notes: Standard error of a side's value from its per-step spread sd over n steps: sum over steps sd*sqrt(n),
---   mean sd/sqrt(n), median 1.2533*sd/sqrt(n). A side without a spread borrows the other side's sd (the same
+--   mean sd/sqrt(n), median 1.2533*sd/sqrt(n) (for the median, tracekit passes a robust sd: 1.4826 * MAD). A side without a spread borrows the other side's sd (the same
 --   configuration is assumed to be as noisy). With a spread: noise = max(t * sqrt(se_base^2 + se_cand^2),
 --   floor_percent of the larger value, the metric's absolute floor), where t is the Student t quantile with the
 --   Welch-Satterthwaite degrees of freedom at the two-sided tail probability of k normal sigmas (k = 3: 0.27%), so
