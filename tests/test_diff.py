@@ -326,3 +326,16 @@ def test_a_slowed_kernel_and_its_launching_op_top_the_regressions(synth_runs):
     assert set(top["verdict"]) == {"slower"}
     assert {r["item"] if r["section"] == "ops" else SLOWED_KERNEL * (SLOWED_KERNEL in r["item"])
             for r in top.iter_rows(named=True)} == launchers | {SLOWED_KERNEL}
+
+
+def test_cli_gates_on_the_synthetic_regression(synth_runs):
+    base, same, slow = (str(synth_runs / name) for name in ("base", "same", "slow"))
+    truth = [synth.read_ground_truth(synth_runs / name)["ranks"][0]["steps"] for name in ("base", "slow")]
+    median_step = [float(np.median([s["dur_ns"] for s in steps])) for steps in truth]
+    slowdown = 100 * (median_step[1] / median_step[0] - 1)  # about 5%: the softmax kernel is a small part of a step
+    runner = CliRunner()
+    assert runner.invoke(main, ["diff", base, slow, "--fail-on-regression", f"{slowdown - 2:.1f}"]).exit_code == 1
+    assert runner.invoke(main, ["diff", base, slow, "--fail-on-regression", f"{slowdown + 2:.1f}"]).exit_code == 0
+    assert runner.invoke(main, ["diff", base, same, "--fail-on-regression", "0"]).exit_code == 0
+    gated_op = runner.invoke(main, ["diff", base, slow, "--fail-on-regression", "40", "--metric", "op:aten::_softmax"])
+    assert gated_op.exit_code == 1 and "op:aten::_softmax" in gated_op.output

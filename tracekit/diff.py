@@ -321,15 +321,7 @@ def side_measures(con: duckdb.DuckDBPyConnection, side: Side, section: Section) 
     if section.name == "step_time":
         return step_time_measures(side)
     if section.name == "gpu_timeline":
-        totals, steps = result(side, "gpu_timeline"), result(side, "steps")
-        if totals is None:
-            return empty_measures(section)
-        step_values = None
-        if steps is not None:
-            step_values = (steps.select("rank", "step", *TIMELINE_STEP_COLUMNS.values())
-                           .rename({v: k for k, v in TIMELINE_STEP_COLUMNS.items()})
-                           .unpivot(index=["rank", "step"], variable_name="category", value_name="time_ms"))
-        return additive_measures(con, section, totals, step_values, step_counts_of(steps) if steps is not None else None)
+        return timeline_measures(side, section)
     if section.name == "critical_path":
         path = result(side, "critical_path_summary")
         if path is None:
@@ -414,6 +406,38 @@ def collective_measures(con, side: Side, section: Section) -> pl.DataFrame:
     return pl.concat([sums, bandwidth.select(sums.columns).cast(sums.schema)])
 
 
+def robust_sd(column: str) -> pl.Expr:
+    """1.4826 × the median absolute deviation: the standard deviation of normal noise, unmoved by a few outliers."""
+    return MAD_TO_SD * (pl.col(column) - pl.col(column).median()).abs().median()
+
+
+def timeline_measures(side: Side, section: Section) -> pl.DataFrame:
+    """GPU time per category, per rank and all ranks, with the per-step spread from `steps`, robust as for the step
+    time: the same warm-up or stall steps that are outliers of the step time are outliers of its breakdown."""
+    totals = result(side, "gpu_timeline")
+    if totals is None:
+        return empty_measures(section)
+    per_rank = totals.select(pl.col("rank").cast(pl.Int32), "category", value=pl.col("time_ms").cast(pl.Float64))
+    values = pl.concat([per_rank, per_rank.group_by("category").agg(pl.col("value").sum())
+                       .select(pl.lit(None, pl.Int32).alias("rank"), "category", "value")])
+    steps = result(side, "steps")
+    spread = pl.DataFrame(schema={"rank": pl.Int32, "category": pl.String, "spread_sd": pl.Float64,
+                                  "spread_n": pl.Int64})
+    if steps is not None:
+        long = (steps.select(pl.col("rank").cast(pl.Int32), "step", *TIMELINE_STEP_COLUMNS.values())
+                .rename({v: k for k, v in TIMELINE_STEP_COLUMNS.items()})
+                .unpivot(index=["rank", "step"], variable_name="category", value_name="time_ms"))
+        all_ranks = long.group_by("step", "category").agg(pl.col("time_ms").sum())
+        spread = (pl.concat([long, all_ranks.select(pl.lit(None, pl.Int32).alias("rank"), "step", "category",
+                                                     "time_ms")])
+                  .group_by("rank", "category")
+                  .agg(spread_sd=robust_sd("time_ms"), spread_n=pl.len().cast(pl.Int64)))
+    return (values.join(spread, on=["rank", "category"], how="left", nulls_equal=True)
+            .with_columns(key=pl.struct("category"), metric=pl.lit("time_ms"),
+                          spread_sd=pl.when(pl.col("spread_n") >= 2).then(pl.col("spread_sd")))
+            .select("key", *MEASURE_SCHEMA))
+
+
 def step_time_measures(side: Side) -> pl.DataFrame:
     """Median step time per rank and for all ranks (per step, the slowest rank), with a robust spread: 1.4826 × the
     median absolute deviation (a warm-up step or a data-loading stall is an outlier, not noise; the sd of 6 steps
@@ -426,7 +450,7 @@ def step_time_measures(side: Side) -> pl.DataFrame:
                             overall.select("rank", "step", "duration_ms")])
                  .group_by("rank", maintain_order=True)
                  .agg(value=pl.col("duration_ms").median(),
-                      spread_sd=MAD_TO_SD * (pl.col("duration_ms") - pl.col("duration_ms").median()).abs().median(),
+                      spread_sd=robust_sd("duration_ms"),
                       spread_n=pl.len().cast(pl.Int64)))
     else:
         timeline = result(side, "gpu_timeline")
