@@ -13,6 +13,7 @@ import pyarrow.dataset as ds
 from . import schema
 from .edges import build_edges
 from .errors import InputError
+from .et import attach_execution_traces
 from .ingest import FileTables, file_rank, parse_file, tables_from_file
 from .tables import TraceTables
 
@@ -49,7 +50,8 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
 
 def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
          progress: Progress | None = None, edges: bool = True) -> TraceTables:
-    """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables.
+    """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
+    among the files are read and linked to them (tracekit.et).
 
     `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
     dependency graph is built too; an ingested dataset already holds it.
@@ -78,7 +80,7 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
     for path in files:
         parsed = parse_file(path)
         if parsed.is_execution_trace:
-            execution_traces.append(path)
+            execution_traces.append(parsed)
             continue
         r, source = file_rank(path, parsed, rank)
         if r is None:
@@ -91,23 +93,11 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
         while next_rank in claimed:
             next_rank += 1
         add(path, tables_from_file(path, next_rank, "file_order", parsed))
-    if not parts:
-        raise InputError(f"{files[0]}: no Kineto trace among the inputs (only Execution Traces)")
     tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
                             for name in TraceTables.names()})
-    tables = attach_execution_traces(tables, execution_traces)
-    return build_edges(tables) if edges else tables
-
-
-def attach_execution_traces(tables: TraceTables, paths: list[Path]) -> TraceTables:
-    """Execution Traces are not read yet: say so in diagnostics rather than dropping them silently."""
-    if not paths:
-        return tables
-    notes = pa.Table.from_pylist([
-        dict(rank=-1, source_file=str(p), position=None, stage="ingest", reason="execution_trace_not_read",
-             detail="Execution Trace files are not read yet", dropped=False, raw=None) for p in paths
-    ], schema=schema.DIAGNOSTICS.arrow_schema)
-    return tables.with_tables(diagnostics=pa.concat_tables([tables.diagnostics, notes]))
+    # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
+    tables = build_edges(tables) if edges else tables
+    return attach_execution_traces(tables, execution_traces)
 
 
 def concat(name: str, tables: list[pa.Table]) -> pa.Table:

@@ -187,44 +187,52 @@ EDGES = Table(
 
 ET_NODES = Table(
     "et_nodes",
-    "One row per Execution Trace node (an op recorded by ExecutionTraceObserver).",
+    "One row per Execution Trace node (an op or record_function range recorded by ExecutionTraceObserver), "
+    "schemas 1.0.1 (flat) through 1.1.x-chakra (`attrs` list), read into the same columns.",
     ("rank", "id"),
     (
         RANK,
-        _col("id", I64, "", "ET node id."),
-        _col("parent", I64, "", "Parent node id (control dependency)."),
+        _col("id", I64, "", "ET node id (handed out as ops start, so id order is start order)."),
+        _col("parent", I64, "", "Parent node id (`parent`, or `ctrl_deps` in 1.1.x); the root names itself."),
         _col("name", STR, "", "Op name."),
-        _col("op_schema", STR, "", "Op schema string, where recorded."),
-        _col("rf_id", I64, "", "Record function id (links to `events.record_function_id`); null in schema 1.0.1."),
-        _col("pid", STR, "", "Process id."),
-        _col("tid", I64, "", "Thread id as recorded by the ET (`tid` attribute)."),
-        _col("seq_id", I64, "", "Autograd sequence id."),
+        _col("op_schema", STR, "", "Op schema string, where recorded (empty for record_function ranges)."),
+        _col("rf_id", I64, "", "Record function id, where recorded; links to `events.record_function_id` where "
+             "Kineto recorded that too (PyTorch ≥ 2.1)."),
+        _col("pid", STR, "", "Process id (the file's top-level `pid`)."),
+        _col("tid", I64, "", "Thread as recorded by the ET (`tid` attribute: a small index, not the OS thread id)."),
+        _col("seq_id", I64, "", "Autograd sequence id (-1 when none)."),
         _col("fw_parent", I64, "", "Forward parent node id for backward ops."),
-        _col("event_id", I64, "", "Linked Kineto event (`events.id`), null if unlinked."),
-        _col("link_method", STR, "", "How it linked: rf_id, name_order, or null."),
-        _col("inputs", STR, "JSON", "Input tensor/value descriptors as JSON text."),
-        _col("outputs", STR, "JSON", "Output descriptors as JSON text."),
-        _col("attrs", STR, "JSON", "All remaining attributes as JSON text."),
+        _col("event_id", I64, "", "Linked Kineto event (`events.id` of a cpu_op or user_annotation), null if unlinked."),
+        _col("link_method", STR, "", "How it linked: rf_id (record function id), name_order (n-th node of that name "
+             "on the ET thread ↔ n-th op of that name on the matching Kineto thread), or null."),
+        _col("inputs", STR, "JSON", "Inputs as one JSON object {values, shapes, types[, strides]} (1.0.1's parallel "
+             "`inputs` / `input_shapes` / `input_types` lists are put in this form)."),
+        _col("outputs", STR, "JSON", "Outputs, in the same form as `inputs`."),
+        _col("attrs", STR, "JSON", "Every other attribute (scope, fw_tid, kernel_backend, unknown keys...) as one "
+             "JSON object {name: value}."),
     ),
 )
 
 ET_TENSORS = Table(
     "et_tensors",
-    "One row per (ET node, input or output tensor): the tensor uses that data dependencies are built from.",
-    ("rank", "node", "direction", "position"),
+    "One row per tensor among an ET node's inputs or outputs (tensors inside lists included): the tensor uses "
+    "that data dependencies (`et_data` edges) are built from.",
+    ("rank", "node", "direction", "position", "element"),
     (
         RANK,
         _col("node", I64, "", "ET node id."),
         _col("direction", STR, "", "input or output."),
         _col("position", I32, "", "Index in the node's inputs or outputs."),
+        _col("element", I32, "", "Index of the tensor within a list argument (depth-first), null for a tensor argument."),
         _col("tensor_id", I64, "", "Tensor id (unique id of the tensor object)."),
-        _col("storage_id", I64, "", "Storage id."),
+        _col("storage_id", I64, "", "Storage id (0: undefined tensor without storage)."),
         _col("offset", I64, "elements", "Storage offset."),
         _col("numel", I64, "elements", "Number of elements."),
         _col("elem_bytes", I64, "bytes", "Bytes per element."),
-        _col("device", STR, "", "Device string."),
+        _col("device", STR, "", "Device string (cpu, cuda:0...)."),
         _col("shape", STR, "JSON", "Shape as JSON text."),
-        _col("dtype", STR, "", "Element type."),
+        _col("strides", STR, "JSON", "Strides as JSON text (schema 1.1.x; null before)."),
+        _col("dtype", STR, "", "Element type from the ET type string, e.g. float for `Tensor(float)`."),
     ),
 )
 
