@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 import tracekit
 from tracekit import diff, synth
@@ -192,6 +193,17 @@ def test_kernel_names_that_do_not_match_are_noted():
     assert set(result.sections["ops"]["verdict"]) == {"unchanged"}
     same = diff.compare(with_kernels(a, "sm90_"), with_kernels(b, "sm90_"))
     assert not same.notes
+
+
+def test_runs_without_any_result_still_compare():
+    result = diff.compare(diff.Side("a", {}), diff.Side("b", {}))
+    assert all(frame.height == 0 for frame in result.sections.values())
+    with pytest.raises(LookupError):
+        result.headline()
+    assert result.workbook_frames()["summary"]["verdict"].to_list() == [None]
+    console = Console(record=True, width=120)
+    diff.print_summary(result, console)
+    assert "step time: not in both runs" in console.export_text()
 
 
 def test_cli_rejects_an_unknown_metric_with_exit_code_2(tmp_path):

@@ -189,7 +189,10 @@ class DiffResult:
 
     def workbook_frames(self, top: int = 30) -> dict[str, pl.DataFrame]:
         """The frames reports/diff.toml lays out, by the names its blocks use."""
-        head = self.headline()
+        try:
+            head = self.headline()
+        except LookupError:
+            head = dict.fromkeys(("base", "cand", "delta", "percent_delta", "noise", "verdict"))
         summary = pl.DataFrame([{
             "baseline": self.base_label, "candidate": self.cand_label,
             "step_time_basis": "; ".join(f"{label}: {basis}" for label, basis in self.step_basis),
@@ -633,10 +636,15 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
     from rich.table import Table
 
     console.print(f"[bold]{result.base_label}[/] → [bold]{result.cand_label}[/]")
-    head = result.headline()
-    console.print(f"step time (all ranks): {head['base']:,.2f} ms → {head['cand']:,.2f} ms  "
-                  f"Δ {signed(head['delta'])} ms ({signed(head['percent_delta'], 1, '%')})  "
-                  f"noise ±{head['noise']:,.2f} ms  {styled(head['verdict'])}")
+    try:
+        head = result.headline()
+    except LookupError:
+        console.print("step time: not in both runs (no ProfilerStep and no GPU timeline on a side)")
+    else:
+        values = " → ".join("-" if v is None else f"{v:,.2f} ms" for v in (head["base"], head["cand"]))
+        console.print(f"step time (all ranks): {values}  Δ {signed(head['delta'])} ms "
+                      f"({signed(head['percent_delta'], 1, '%')})  noise ±{head['noise']:,.2f} ms  "
+                      f"{styled(head['verdict'])}")
     timeline = result.sections["gpu_timeline"].filter(
         pl.col("rank").is_null() & pl.col("category").is_in(["busy", "idle", "computation", "communication", "memcpy",
                                                               "exposed_communication", "exposed_memcpy"])
