@@ -107,11 +107,11 @@ def test_step_time_is_the_median_step_with_a_robust_spread():
 
 def test_same_configuration_gives_no_verdicts():
     verdicts = []
-    for seed in range(20):
+    for seed in range(10):
         result = diff.compare(side_from_steps("a", noisy_ops(seed)), side_from_steps("b", noisy_ops(seed + 100)))
         verdicts += result.measures.filter(pl.col("verdict").is_in(["slower", "faster"]))["item"].to_list()
-    # 20 pairs × (3 ops × 4 timed metrics + timeline + step time): at 3 standard errors almost nothing is called.
-    assert len(verdicts) <= 3, verdicts
+    # 10 pairs × (3 ops × 4 timed metrics + timeline + step time): at 3 sigmas' tail almost nothing is called.
+    assert len(verdicts) <= 2, verdicts
 
 
 def test_an_op_missing_from_some_steps_counts_as_zero_there():
@@ -283,14 +283,11 @@ def test_dataloader_workers_show_as_the_top_change(workers_diff):
     assert idle["verdict"][0] == "faster"
 
 
-def test_fail_on_regression_exit_codes(workers_pair):
+def test_fail_on_regression_exits_1_on_the_slower_run(workers_pair):
     workers0, workers4 = map(str, workers_pair)
     slower = CliRunner().invoke(main, ["diff", workers4, workers0, "--fail-on-regression", "5"])
     assert slower.exit_code == 1, slower.output
     assert "regression: step_time" in slower.output
-    faster = CliRunner().invoke(main, ["diff", workers0, workers4, "--fail-on-regression", "5"], env={"COLUMNS": "160"})
-    assert faster.exit_code == 0, faster.output
-    assert "step time" in faster.output and "enumerate(DataLoader)" in faster.output
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -316,6 +313,11 @@ def launchers_of_slowed_kernel(root) -> set[str]:
     return {op for op, truth in before.items() if truth["direct_kernel_ns"] != after[op]["direct_kernel_ns"]}
 
 
+@pytest.fixture(scope="module")
+def slowed_diff(synth_runs):
+    return diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "slow"))
+
+
 def test_two_captures_of_one_job_give_almost_no_verdicts(synth_runs):
     result = diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "same"))
     judged = result.measures.filter(pl.col("decides") & pl.col("verdict").is_not_null())
@@ -325,29 +327,31 @@ def test_two_captures_of_one_job_give_almost_no_verdicts(synth_runs):
     assert judged.filter(pl.col("verdict").is_in(["added", "removed"])).height == 0
 
 
-def test_a_slowed_kernel_and_its_launching_op_top_the_regressions(synth_runs):
+def test_a_slowed_kernel_and_its_launching_op_top_the_regressions(synth_runs, slowed_diff):
     launchers = launchers_of_slowed_kernel(synth_runs)
     assert len(launchers) == 1
-    result = diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "slow"))
-    kernel = result.sections["kernels"].row(0, named=True)
+    kernel = slowed_diff.sections["kernels"].row(0, named=True)
     assert SLOWED_KERNEL in kernel["kernel_name"] and kernel["verdict"] == "slower"
     assert kernel["percent_delta_total_us"] == pytest.approx(50, abs=10)
-    op = result.sections["ops"].row(0, named=True)
+    op = slowed_diff.sections["ops"].row(0, named=True)
     assert op["name"] in launchers and op["verdict"] == "slower"
-    top = result.top_changes(2)
+    top = slowed_diff.top_changes(2)
     assert set(top["verdict"]) == {"slower"}
     assert {r["item"] if r["section"] == "ops" else SLOWED_KERNEL * (SLOWED_KERNEL in r["item"])
             for r in top.iter_rows(named=True)} == launchers | {SLOWED_KERNEL}
 
 
-def test_cli_gates_on_the_synthetic_regression(synth_runs):
-    base, same, slow = (str(synth_runs / name) for name in ("base", "same", "slow"))
+def test_regression_gate_on_the_synthetic_slowdown(synth_runs, slowed_diff):
     truth = [synth.read_ground_truth(synth_runs / name)["ranks"][0]["steps"] for name in ("base", "slow")]
     median_step = [float(np.median([s["dur_ns"] for s in steps])) for steps in truth]
     slowdown = 100 * (median_step[1] / median_step[0] - 1)  # about 5%: the softmax kernel is a small part of a step
-    runner = CliRunner()
-    assert runner.invoke(main, ["diff", base, slow, "--fail-on-regression", f"{slowdown - 2:.1f}"]).exit_code == 1
-    assert runner.invoke(main, ["diff", base, slow, "--fail-on-regression", f"{slowdown + 2:.1f}"]).exit_code == 0
-    assert runner.invoke(main, ["diff", base, same, "--fail-on-regression", "0"]).exit_code == 0
-    gated_op = runner.invoke(main, ["diff", base, slow, "--fail-on-regression", "40", "--metric", "op:aten::_softmax"])
-    assert gated_op.exit_code == 1 and "op:aten::_softmax" in gated_op.output
+    assert slowed_diff.headline()["percent_delta"] == pytest.approx(slowdown, abs=0.5)
+    assert slowed_diff.regressed(slowdown - 2) and not slowed_diff.regressed(slowdown + 2)
+    assert slowed_diff.regressed(40, "op:aten::_softmax") and not slowed_diff.regressed(60, "op:aten::_softmax")
+
+
+def test_cli_passes_the_gate_on_a_second_capture(synth_runs):
+    out = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "same"),
+                                    "--fail-on-regression", "0"], env={"COLUMNS": "160"})
+    assert out.exit_code == 0, out.output
+    assert "no change beyond noise" in out.output and "unchanged" in out.output
