@@ -118,6 +118,7 @@ class Side:
     results: dict[str, pl.DataFrame]
     per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
     step_counts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.Int64}))
+    missing: tuple[str, ...] = ()  # analyses the diff reads that queries/ does not have
 
 
 @dataclass(frozen=True)
@@ -225,15 +226,20 @@ def parse_metric_name(name: str) -> tuple[str, str]:
 
 
 def summarize(tables: TraceTables, label: str) -> Side:
-    """Run the analyses a diff needs over one side, and (with 2+ steps) the per-step ones that measure noise."""
-    results = analyses.run_all(tables, list(TOTALS_ANALYSES))
-    per_step = per_step_results(tables)
+    """Run the analyses a diff needs over one side, and (with 2+ steps) the per-step ones that measure noise.
+
+    An analysis missing from queries/ leaves its sections empty (named in `Side.missing`) rather than failing.
+    """
+    present = set(analyses.available())
+    results = analyses.run_all(tables, [name for name in TOTALS_ANALYSES if name in present])
+    missing = tuple(name for name in TOTALS_ANALYSES if name not in present)
+    per_step = per_step_results(tables, present)
     if per_step is None:
-        return Side(label, results)
-    return Side(label, results, *per_step)
+        return Side(label, results, missing=missing)
+    return Side(label, results, *per_step, missing=missing)
 
 
-def per_step_results(tables: TraceTables) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
+def per_step_results(tables: TraceTables, present: set[str]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
     """The per-step analyses, each with a `step` column, and the step counts; None when no rank holds 2 steps.
 
     Each (rank, step) becomes a pseudo-rank: every analysis keys on rank, so one run over views that relabel the
@@ -244,11 +250,13 @@ def per_step_results(tables: TraceTables) -> tuple[dict[str, pl.DataFrame], pl.D
         mapping = pseudo_rank_views(con, tables)
         if mapping is None:
             return None
-        per_step = {name: restore_ranks(analyses.run(tables, name, con), mapping) for name in PER_STEP_ANALYSES}
-    by_shape = per_step["op_by_shape"]
-    sums = [pl.col(m.name).sum() for m in OP_METRICS]
-    per_step["op_summary"] = by_shape.group_by("rank", "step", "name").agg(pl.col("category").first(), *sums)
-    per_step["op_categories"] = by_shape.group_by("rank", "step", "category").agg(*sums)
+        per_step = {name: restore_ranks(analyses.run(tables, name, con), mapping)
+                    for name in PER_STEP_ANALYSES if name in present}
+    by_shape = per_step.get("op_by_shape")
+    if by_shape is not None:
+        sums = [pl.col(m.name).sum() for m in OP_METRICS]
+        per_step["op_summary"] = by_shape.group_by("rank", "step", "name").agg(pl.col("category").first(), *sums)
+        per_step["op_categories"] = by_shape.group_by("rank", "step", "category").agg(*sums)
     return per_step, step_counts_of(mapping)
 
 
@@ -601,6 +609,9 @@ def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | No
 
 def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...]:
     notes = []
+    missing = sorted(set(base.missing) | set(cand.missing))
+    if missing:
+        notes.append(f"not compared: analyses {', '.join(missing)} are not in queries/")
     if step_basis(base) != step_basis(cand):
         notes.append(f"step time is the {step_basis(base)} on {base.label} but the {step_basis(cand)} on {cand.label}")
     kernels = measures.filter((pl.col("section") == "kernels") & (pl.col("metric") == "total_us") & pl.col("rank").is_null())
