@@ -355,3 +355,11 @@ def test_cli_passes_the_gate_on_a_second_capture(synth_runs):
                                     "--fail-on-regression", "0"], env={"COLUMNS": "160"})
     assert out.exit_code == 0, out.output
     assert "no change beyond noise" in out.output and "unchanged" in out.output
+
+
+def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, tmp_path):
+    tracekit.write_dataset(tracekit.load(synth_runs / "base"), tmp_path / "base.tables")
+    result = diff.compare(tracekit.load(tmp_path / "base.tables"), tracekit.load(synth_runs / "base"))
+    assert result.measures.height > 500
+    assert result.measures.filter(pl.col("delta") != 0).height == 0
+    assert set(result.measures["verdict"].drop_nulls()) == {"unchanged"}
