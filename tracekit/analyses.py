@@ -9,6 +9,11 @@ Each query file starts with a header of `-- key: value` comment lines:
     --   busy_ms: ms, time at least one GPU op runs
     -- notes: free text (definitions, deliberate differences from other tools)
 
+Files named `_*.sql` are preludes, not analyses: SQL shared by several queries (macros such as the category
+rules in `_categories.sql`), run in name order (a later file may use an earlier one's macros) on every connection
+before any query. Preludes hold only `create or replace macro` statements (idempotent, cheap), so running them again
+on a connection is harmless.
+
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """
 
@@ -81,19 +86,51 @@ def load_query(name: str) -> Query:
 
 
 def available() -> list[str]:
-    return sorted(p.stem for p in queries_dir().glob("*.sql"))
+    return sorted(p.stem for p in queries_dir().glob("*.sql") if not p.stem.startswith("_"))
+
+
+@cache
+def preludes() -> str:
+    """The text of every `_*.sql` prelude, in name order."""
+    return "\n".join(p.read_text() for p in sorted(queries_dir().glob("_*.sql")))
+
+
+# Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them; a connection
+# made for many analyses computes each once into a temp table and points the macro at it (in this order: each
+# uses the ones before it).
+SHARED_TABLE_MACROS = ("gpu_ops", "launch_op_ancestors", "op_calls")
+
+
+def connect(tables: TraceTables, materialize: bool = False) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every table registered and the shared macros defined.
+
+    With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
+    """
+    con = tables.connect()
+    con.execute(preludes())
+    if materialize:
+        for name in SHARED_TABLE_MACROS:
+            con.execute(f"create or replace temp table {name}_result as from {name}();"
+                        f"create or replace macro {name}() as table from {name}_result")
+    return con
+
+
+def sql(tables: TraceTables, query: str) -> pl.DataFrame:
+    """Ad-hoc SQL over the tables, with the shared macros (op_category, op_calls(), ...) available."""
+    with connect(tables) as con:
+        return con.sql(query).pl()
 
 
 def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
-    """The result of queries/NAME.sql over `tables`."""
+    """The result of queries/NAME.sql over `tables` (on `con` when given: one made by `connect`)."""
     query = load_query(name)
     if con is not None:
         return con.sql(query.sql).pl()
-    with tables.connect() as fresh:
+    with connect(tables) as fresh:
         return fresh.sql(query.sql).pl()
 
 
 def run_all(tables: TraceTables, names: list[str] | None = None) -> dict[str, pl.DataFrame]:
-    """Several analyses over one connection (tables registered once)."""
-    with tables.connect() as con:
+    """Several analyses over one connection (tables registered and macros defined once)."""
+    with connect(tables, materialize=True) as con:
         return {name: run(tables, name, con) for name in (names or available())}

@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 import click
+import duckdb
+import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from . import diff, schema
+from . import analyses, diff, schema
 from . import synth as synthetic
 from .errors import InputError
 from .loader import find_trace_files, is_dataset, load, write_dataset
@@ -147,6 +150,94 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 def schema_command(markdown):
     """Print the documentation of every table and column."""
     click.echo(schema.markdown(), nl=False)
+
+
+def print_frame(frame: pl.DataFrame, max_rows: int, title: str | None = None) -> None:
+    """A result as a rich table: the first `max_rows` rows, and how many there were."""
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for name, dtype in frame.schema.items():
+        table.add_column(name, justify="right" if dtype.is_numeric() else "left", overflow="fold")
+    for row in frame.head(max_rows).iter_rows():
+        table.add_row(*(format_cell(v) for v in row))
+    stdout.print(table)
+    if frame.height > max_rows:
+        stdout.print(f"[dim]{max_rows} of {frame.height:,} rows shown (--max-rows, or --csv/--parquet for all)[/dim]")
+
+
+def format_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):  # 4 decimals, or 4 significant digits below 1
+        return f"{value:,.4f}" if abs(value) >= 1 else f"{value:.4g}"
+    return str(value)
+
+
+def save_frame(frame: pl.DataFrame, csv_path: Path | None, parquet_path: Path | None) -> None:
+    if csv_path and parquet_path:
+        raise InputError("--csv and --parquet: give one of them")
+    if parquet_path:
+        frame.write_parquet(parquet_path)
+    elif csv_path:
+        nested = [n for n, t in frame.schema.items() if t.is_nested()]
+        if nested:
+            raise InputError(f"{csv_path}: CSV cannot hold the list/struct columns {nested}; use --parquet")
+        frame.write_csv(csv_path)
+    else:
+        return
+    stderr.print(f"wrote {parquet_path or csv_path}: {frame.height:,} rows")
+
+
+def output_options(fn):
+    fn = click.option("--parquet", "parquet_path", type=click.Path(path_type=Path),
+                      help="Write all rows to a Parquet file.")(fn)
+    fn = click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write all rows to a CSV file.")(fn)
+    return click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print.")(fn)
+
+
+@main.command(name="sql")
+@click.argument("trace")
+@click.argument("query")
+@output_options
+@user_errors
+def sql_command(trace, query, max_rows, csv_path, parquet_path):
+    """Run SQL over the tables of TRACE (a trace file, a directory of ranks, or an ingested dataset).
+
+    Tables: events, edges, instants, flows, threads, processes, ranks, diagnostics, et_nodes, et_tensors
+    (see `tracekit schema`); the macros of queries/_*.sql (op_category, op_calls(), gpu_ops(), ...) are defined.
+    """
+    tables = load_with_progress((trace,))
+    try:
+        frame = analyses.sql(tables, query)
+    except duckdb.Error as exc:
+        raise InputError(f"SQL: {' '.join(str(exc).split())}") from None
+    save_frame(frame, csv_path, parquet_path)
+    print_frame(frame, max_rows)
+
+
+@main.command(name="analyses")
+def analyses_command():
+    """List the analyses (queries/*.sql) and the question each answers."""
+    table = Table(header_style="bold")
+    table.add_column("name")
+    table.add_column("question")
+    for name in analyses.available():
+        table.add_row(name, analyses.load_query(name).question)
+    stdout.print(table)
+
+
+@main.command(name="run")
+@click.argument("name")
+@click.argument("traces", nargs=-1, required=True)
+@output_options
+@user_errors
+def run_command(name, traces, max_rows, csv_path, parquet_path):
+    """Print the result of analysis NAME (see `tracekit analyses`) over TRACES."""
+    if name not in analyses.available():
+        raise InputError(f"{name}: no such analysis (one of: {', '.join(analyses.available())})")
+    tables = load_with_progress(traces)
+    frame = analyses.run(tables, name)
+    save_frame(frame, csv_path, parquet_path)
+    print_frame(frame, max_rows, title=f"{name}: {analyses.load_query(name).question}")
 
 
 if __name__ == "__main__":

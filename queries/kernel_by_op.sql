@@ -1,0 +1,45 @@
+-- question: Which kernels does each CPU op launch, on which stream, and how long do they run, per rank?
+-- inputs: events, edges
+-- columns:
+--   rank: rank
+--   op_name: innermost cpu_op enclosing the launch call (null when there is none: see attribution)
+--   op_category: category of op_name (rules in _categories.sql), from all the GPU work of that op name
+--   attribution: op (launch call inside a cpu_op), no_enclosing_op (launch call outside every cpu_op), no_launcher (no launch call in the trace)
+--   kernel_name: GPU op name
+--   kind: kernel, memcpy or memset
+--   stream: GPU stream
+--   category: kernel category from its name and kind (kernel_category in _categories.sql)
+--   count: GPU ops
+--   total_us: µs, summed durations
+--   mean_us: µs, mean duration
+--   median_us: µs, median duration
+--   min_us: µs, shortest
+--   max_us: µs, longest
+--   stddev_us: µs, sample standard deviation (null for a single op)
+--   percent_kernel_time: percent of the rank's summed GPU op durations
+--   percent_total_time: percent of the rank's GPU span (first GPU op start to last GPU op end)
+-- notes: Like TraceLens's kernel_summary sheet (grouped by parent op, kernel, stream), with memcpys and memsets
+--   included, so the rows of an op sum to its direct_kernel_ms in op_summary. Every GPU op of the rank appears:
+--   those with no owning op are kept with a null op_name and say why in attribution.
+with ops as (select * from gpu_op_owners()),
+per_rank as (
+    select rank, sum(dur) as all_ns, max(end_ns) - min(start_ns) as span_ns from ops group by rank
+),
+owned as (
+    select *,
+           case when op_id is not null then 'op' when call_id is not null then 'no_enclosing_op' else 'no_launcher' end
+               as attribution,
+           -- an op name is memcpy/memset when all its GPU work is (as in op_summary, here over direct work only)
+           bool_and(kind <> 'kernel') over (partition by rank, op_name) as memory_only
+    from ops
+)
+select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name, o.memory_only)) as op_category,
+       o.attribution, o.name as kernel_name, o.kind, o.stream, kernel_category(o.name, o.kind) as category,
+       count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
+       median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
+       stddev_samp(o.dur) / 1e3 as stddev_us,
+       100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
+       100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
+from owned o join per_rank p on p.rank = o.rank
+group by o.rank, o.op_name, o.memory_only, o.attribution, o.name, o.kind, o.stream
+order by o.rank, total_us desc, op_name, kernel_name, stream

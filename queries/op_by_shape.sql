@@ -1,0 +1,24 @@
+-- question: Which op calls, told apart by input shapes and types, cost the most GPU and CPU time, per rank?
+-- inputs: events, edges
+-- columns:
+--   rank: rank
+--   name: op name
+--   category: op category (rules in _categories.sql)
+--   input_dims: JSON text, the calls' Input Dims (events.input_dims), null where the trace has none
+--   input_type: JSON text, the calls' Input type
+--   count: calls with this name, shape and type
+--   gpu_calls: calls that launched GPU work themselves
+--   total_cpu_ms: ms, summed call durations on the CPU
+--   self_cpu_ms: ms, summed call durations minus their direct children's durations
+--   direct_kernel_ms: ms, GPU time launched by the calls themselves (innermost enclosing cpu_op)
+--   subtree_kernel_ms: ms, direct kernel time of the calls and every cpu_op below them
+--   kernel_mean_us: µs, mean direct kernel time per call that launched GPU work
+--   kernel_median_us: µs, median of the same
+--   kernel_min_us: µs, minimum of the same
+--   kernel_max_us: µs, maximum of the same
+--   direct_gpu_ops: GPU ops launched directly
+--   percent_kernel: percent of the rank's direct kernel time
+--   cumulative_percent: running percent_kernel, largest first
+-- notes: op_summary split by (input_dims, input_type); same definitions (see _launches.sql). The category of a
+--   shape row uses the GPU work of that shape's calls only.
+select * from op_rollup(true)
