@@ -19,6 +19,7 @@ from rich.table import Table
 from . import analyses, diff, schema
 from . import synth as synthetic
 from .errors import InputError
+from .graph import graph_writer, write_graph
 from .loader import find_trace_files, is_dataset, load, write_dataset
 
 stderr = Console(stderr=True)
@@ -143,6 +144,25 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
     entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])
     stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
                  f"({ranks} ranks, {entries:,} trace events) and {synthetic.GROUND_TRUTH_FILE}")
+
+
+@main.command(name="graph")
+@click.argument("traces", nargs=-1, required=True)
+@click.option("--step", type=int, default=None, help="Window: the ProfilerStep#N annotation of each rank.")
+@click.option("--start-ns", type=int, default=None, help="Window start, epoch ns (with --end-ns).")
+@click.option("--end-ns", type=int, default=None, help="Window end, epoch ns (exclusive).")
+@click.option("-o", "--out", "outs", multiple=True, required=True, type=click.Path(path_type=Path),
+              help="File to write: *.graphml (GraphML) or *.dot / *.gv (Graphviz DOT). Repeat for both.")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@user_errors
+def graph_command(traces, step, start_ns, end_ns, outs, rank):
+    """Write the dependency graph of a window (events overlapping it, edges among them)."""
+    for out in outs:
+        graph_writer(out)  # refuse an unknown format before reading anything
+    tables = load_with_progress(traces, rank)
+    for out in outs:
+        graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
+        click.echo(f"wrote {out}: {graph.nodes.num_rows:,} nodes, {graph.edges.num_rows:,} edges")
 
 
 @main.command(name="schema")

@@ -181,7 +181,8 @@ EDGES = Table(
         _col("dst", I64, "", "Destination id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
         _col("kind", STR, "", "nest, launch, stream, sync, flow, et_ctrl, et_data (see docs)."),
         _col("subkind", STR, "", "Refinement: for sync the sync kind; for launch `graph` when one call ran many kernels."),
-        _col("lag", I64, "ns", "dst.ts − src end for launch/stream/sync edges (launch delay, stream gap, wait)."),
+        _col("lag", I64, "ns", "dst.ts − src end for launch/stream/sync/flow edges (launch delay, stream gap, wait; "
+             "negative when a waiting call started before the awaited op ended)."),
     ),
 )
 
