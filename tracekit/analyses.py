@@ -7,6 +7,7 @@ Each query file starts with a header of `-- key: value` comment lines:
     -- columns:
     --   rank: rank
     --   busy_ms: ms, time at least one GPU op runs
+    --     (a deeper-indented line continues the column's description)
     -- notes: free text (definitions, deliberate differences from other tools)
 
 Files named `_*.sql` are preludes, not analyses: SQL shared by several queries (macros such as the category
@@ -62,6 +63,10 @@ def parse_header(name: str, text: str) -> Query:
         if not match:
             break
         body = match.group(1)
+        if body.startswith("    ") and current == "columns" and columns:  # a column's description, continued
+            last = next(reversed(columns))
+            columns[last] = f"{columns[last]} {body.strip()}"
+            continue
         if body.startswith("  ") and current == "columns":
             col, _, desc = body.strip().partition(":")
             columns[col.strip()] = desc.strip()

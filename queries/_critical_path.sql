@@ -1,0 +1,308 @@
+-- prelude: the critical path of time windows (table macro), shared by critical_path and critical_path_summary.
+--   critical_path_segments(windows): for each window of the relation named `windows` (rank, window_id,
+--     start_ns, end_ns), the chain of events that bounds it, as segments that tile the window exactly:
+--     rank, window_id, position (1 = earliest), event_id (null: no event), kind, name, category, start_ns,
+--     end_ns, duration_ns.
+--
+-- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
+-- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
+-- for all states with joins and window functions: the one that gated it, i.e. the candidate that became ready
+-- last.
+--   E of a CPU event: its last child (nest edges) or, for a host call that waited on the GPU (sync edges from a GPU
+--     op that ended while the call ran), that GPU op's E; ready at their ends; a tie goes to the GPU op. The time
+--     from the child's end is the event's own CPU time; from the GPU op's end it is sync_wait. With neither, S of
+--     the same event, and the whole event is CPU time.
+--   S of a CPU event: E of the previous sibling (the previous top-level event of its thread when it has no
+--     parent): the time between is the parent's own CPU time (no event when top-level); else S of the parent
+--     (the parent's CPU time before its first child); else nothing (idle back to the window start).
+--   E of a GPU op: its S; the op's duration is gpu_compute, gpu_communication (NCCL/RCCL kernels) or gpu_memcpy.
+--   S of a GPU op: the latest-ready of E of the previous op on its stream (the gap is kernel_to_kernel_gap), E of
+--     its launch call (launch_overhead: call end to op start), E of a GPU op it waits on through a sync edge
+--     (sync_wait); ties prefer stream, then sync, then launch. A predecessor still running when the op started
+--     (the launch call, or an overlapping op on the stream) is entered at its S instead, the time up to the op's
+--     start being that predecessor's. Nothing: idle.
+-- From the event that ends last inside the window (idle after it), the walk follows predecessors back to the
+-- window start or to a state with none. Its position is a cursor, the time up to which the window is explained:
+-- a step into a state at time t moves it to max(window start, min(cursor, t)) and covers what it passed, so the
+-- segments tile the window exactly (a predecessor later than the cursor, from sub-µs overlaps in the trace,
+-- covers nothing).
+-- Set-based, without a step per state: states are laid out in lanes, a CPU thread or a stream, in time order
+-- (ties: on a thread the Euler-tour order of its call tree, on a stream op order), where the predecessor of a
+-- state is nearly always the state just before it. A run is a stretch of a lane the walk goes down state by
+-- state; it ends at a jump: a state whose predecessor is elsewhere (a launch, a sync, an overlapping op,
+-- sub-µs improper nesting) or nowhere. The jumps are chained (each to the jump that ends the run it leads into),
+-- and a recursive CTE moves every window's walk along that chain, one run per iteration (iterations = jumps on
+-- the path, not states). The runs are then expanded back into their states (cut at the window start, where the
+-- lane's time passes it), and the cursor at each state is the running minimum of the states' times.
+-- The Euler order needs each CPU event's last descendant, found one tree level per iteration.
+
+create or replace macro critical_path_segments(windows) as table
+    with recursive
+    cp_windows as materialized (
+        select rank, window_id, start_ns, end_ns from query_table(windows)
+    ),
+    cp_events as materialized (
+        select rank, id, kind, name, pid, tid, device, stream, ts, ts + coalesce(dur, 0) as end_ns,
+               kind in ('kernel', 'memcpy', 'memset') as on_gpu,
+               case when kind in ('kernel', 'memcpy', 'memset') then
+                   case gpu_timeline_category(name, kind)
+                       when 'communication' then 'gpu_communication'
+                       when 'memcpy' then 'gpu_memcpy'
+                       else 'gpu_compute'
+                   end
+               else 'cpu' end as category
+        from events
+        where ts is not null
+          and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
+                       'kernel', 'memcpy', 'memset')
+    ),
+    cp_parent as materialized (
+        select n.rank, n.dst as id, n.src as parent
+        from edges n
+        semi join cp_events p on p.rank = n.rank and p.id = n.src
+        where n.kind = 'nest'
+    ),
+    -- CPU events with their pre-order index on their thread (the order nest edges are built in: start, longest
+    -- first, outer kind first) and their siblings (children of one parent; top-level events of one thread)
+    cp_cpu as materialized (
+        select *, lag(id) over sibling_order as prev_sibling,
+               lead(pre) over sibling_order as next_sibling_pre,
+               count(*) over (partition by rank, pid, tid) as thread_events
+        from (
+            select e.rank, e.id, e.pid, e.tid, hash('thread', e.pid, e.tid) as lane, e.ts, e.end_ns, p.parent,
+                   row_number() over (
+                       partition by e.rank, e.pid, e.tid
+                       order by e.ts, e.end_ns desc,
+                                list_position(['user_annotation', 'python_function', 'cpu_op', 'runtime', 'driver',
+                                               'overhead'], e.kind), e.id) as pre
+            from cp_events e
+            left join cp_parent p on p.rank = e.rank and p.id = e.id
+            where not e.on_gpu
+        )
+        window sibling_order as (
+            partition by rank, parent, case when parent is null then pid end, case when parent is null then tid end
+            order by pre)
+    ),
+    -- pre-order index of each CPU event's last descendant (itself for a leaf), one tree level per iteration
+    cp_last_descendant(rank, id, last_pre) as (
+        select rank, id, coalesce(next_sibling_pre - 1, thread_events) from cp_cpu where parent is null
+        union all
+        select c.rank, c.id, coalesce(c.next_sibling_pre - 1, d.last_pre)
+        from cp_last_descendant d
+        join cp_cpu c on c.rank = d.rank and c.parent = d.id
+    ),
+    cp_last_child as (
+        select rank, parent as id, id as child from cp_cpu where next_sibling_pre is null and parent is not null
+    ),
+    -- GPU ops a host call waited for: the latest to end while the call ran
+    cp_host_waits as (
+        select s.rank, s.dst as id, arg_max(g.id, struct_pack(g.end_ns, g.id)) as gpu_id
+        from edges s
+        join cp_events g on g.rank = s.rank and g.id = s.src and g.on_gpu
+        join cp_events h on h.rank = s.rank and h.id = s.dst and not h.on_gpu
+        where s.kind = 'sync' and g.end_ns > h.ts and g.end_ns <= h.end_ns
+        group by s.rank, s.dst
+    ),
+    -- Every state with its predecessor (next_id, next_at_end), the predecessor's time (= the lower end of the
+    -- time the step covers), who owns that time, its lane (thread or stream) and its place there (sort keys):
+    -- on a thread the Euler-tour order of the call tree, in which a state's predecessor is almost always the
+    -- state just before it; on a stream, start and end of each op in stream order.
+    cp_cpu_end as (
+        select e.rank, e.id, true as at_end,
+               case when e.waited then e.gpu_id when e.child is not null then e.child else e.id end as next_id,
+               e.waited or e.child is not null as next_at_end,
+               case when e.waited then e.gpu_end when e.child is not null then e.child_end else e.ts end as lower_ns,
+               e.id as segment_event,
+               case when e.waited then 'sync_wait' else 'cpu' end as category,
+               e.end_ns as tau, o.lane, d.last_pre as k1, 1 as k2, -o.pre as k3
+        from (
+            select e.rank, e.id, e.ts, e.end_ns, c.child, ch.end_ns as child_end, w.gpu_id, g.end_ns as gpu_end,
+                   w.gpu_id is not null and (c.child is null or g.end_ns >= ch.end_ns) as waited
+            from cp_events e
+            left join cp_last_child c on c.rank = e.rank and c.id = e.id
+            left join cp_events ch on ch.rank = c.rank and ch.id = c.child
+            left join cp_host_waits w on w.rank = e.rank and w.id = e.id
+            left join cp_events g on g.rank = w.rank and g.id = w.gpu_id
+            where not e.on_gpu
+        ) e
+        join cp_cpu o on o.rank = e.rank and o.id = e.id
+        join cp_last_descendant d on d.rank = e.rank and d.id = e.id
+    ),
+    cp_cpu_start as (
+        select s.rank, s.id, false as at_end,
+               coalesce(s.prev_sibling, s.parent) as next_id,
+               s.prev_sibling is not null as next_at_end,
+               case when s.prev_sibling is not null then b.end_ns else p.ts end as lower_ns,
+               s.parent as segment_event,
+               case when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
+               s.ts as tau, s.lane, s.pre as k1, 0 as k2, 0 as k3
+        from cp_cpu s
+        left join cp_events b on b.rank = s.rank and b.id = s.prev_sibling
+        left join cp_events p on p.rank = s.rank and p.id = s.parent
+    ),
+    cp_gpu as materialized (
+        select *, hash('stream', device, stream) as lane,
+               row_number() over (partition by rank, device, stream order by ts, id) as k
+        from cp_events where on_gpu
+    ),
+    cp_gpu_end as (
+        select rank, id, true as at_end, id as next_id, false as next_at_end, ts as lower_ns, id as segment_event,
+               category, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
+        from cp_gpu
+    ),
+    -- what a GPU op's start may wait for; ready = when it let the op go
+    cp_gpu_candidates as (
+        select g.rank, g.id, p.id as pred, 1 as priority,
+               case when p.end_ns <= g.ts then p.end_ns else g.ts end as ready,
+               p.end_ns <= g.ts as pred_at_end,
+               case when p.end_ns <= g.ts then p.end_ns else p.ts end as lower_ns,
+               case when p.end_ns <= g.ts then g.id else p.id end as segment_event,
+               case when p.end_ns <= g.ts then 'kernel_to_kernel_gap' else p.category end as category
+        from edges x
+        join cp_events g on g.rank = x.rank and g.id = x.dst
+        join cp_events p on p.rank = x.rank and p.id = x.src
+        where x.kind = 'stream' and p.ts <= g.ts
+        union all
+        select g.rank, g.id, q.id, 2, q.end_ns, true, q.end_ns, g.id, 'sync_wait'
+        from edges x
+        join cp_events g on g.rank = x.rank and g.id = x.dst and g.on_gpu
+        join cp_events q on q.rank = x.rank and q.id = x.src and q.on_gpu
+        where x.kind = 'sync' and q.end_ns <= g.ts
+        union all
+        select g.rank, g.id, l.id, 3,
+               case when l.end_ns <= g.ts then l.end_ns else g.ts end,
+               l.end_ns <= g.ts,
+               case when l.end_ns <= g.ts then l.end_ns else l.ts end,
+               case when l.end_ns <= g.ts then g.id else l.id end,
+               case when l.end_ns <= g.ts then 'launch_overhead' else 'cpu' end
+        from edges x
+        join cp_events g on g.rank = x.rank and g.id = x.dst
+        join cp_events l on l.rank = x.rank and l.id = x.src
+        where x.kind = 'launch' and l.ts <= g.ts
+    ),
+    cp_gpu_start as (
+        select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end, c.lower_ns,
+               c.segment_event, coalesce(c.category, 'idle') as category,
+               g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3
+        from cp_gpu g
+        left join (
+            select * from cp_gpu_candidates
+            qualify row_number() over (partition by rank, id order by ready desc, priority, pred) = 1
+        ) c on c.rank = g.rank and c.id = g.id
+    ),
+    -- states as integers: 2 * event id for the start, 2 * event id + 1 for the end
+    cp_states as materialized (
+        select rank, 2 * id + at_end::int as state, 2 * next_id + next_at_end::int as next_state, lower_ns,
+               segment_event, category, tau, lane, k1, k2, k3
+        from (
+            select * from cp_cpu_end
+            union all select * from cp_cpu_start
+            union all select * from cp_gpu_end
+            union all select * from cp_gpu_start
+        )
+    ),
+    -- Lanes in time order (ties in Euler order). A run is a stretch of a lane the walk goes down state by state
+    -- (each state's predecessor is the state just before it); it ends at a jump: a state whose predecessor is
+    -- elsewhere (another lane: a launch, a sync; an overlap; sub-µs improper nesting) or nowhere.
+    cp_lanes as materialized (
+        select *, next_state is null or next_state is distinct from lane_pred as is_jump
+        from (
+            select *, row_number() over lane_order as pos, lag(state) over lane_order as lane_pred
+            from cp_states
+            window lane_order as (partition by rank, lane order by tau, k1, k2, k3)
+        )
+    ),
+    -- the jumps, with where each leads (few: the recursion walks from jump to jump, not through every state)
+    cp_jumps as materialized (
+        select j.rank, j.lane, j.pos, j.tau, j.next_state, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
+        from cp_lanes j
+        left join cp_lanes t on t.rank = j.rank and t.state = j.next_state
+        where j.is_jump
+    ),
+    -- and the jump that ends the run each jump leads into: the last jump at or before where it lands
+    cp_jump_chain as materialized (
+        select j.*, b.pos as to_bottom_pos
+        from cp_jumps j
+        asof left join (select rank, lane, pos from cp_jumps) b
+            on b.rank = j.rank and b.lane = j.to_lane and b.pos <= j.to_pos
+    ),
+    -- where each walk starts: the event that ends last inside the window (the outermost on a tie), and the jump
+    -- that ends its first run
+    cp_last_end as (
+        select w.rank, w.window_id, w.start_ns as window_start, w.end_ns as window_end,
+               case when e.end_ns > w.start_ns then e.end_ns end as first_end
+        from cp_windows w
+        asof left join (select rank, end_ns from cp_events) e on e.rank = w.rank and e.end_ns <= w.end_ns
+    ),
+    cp_starts as (
+        select l.rank, l.window_id, l.window_start, l.window_end, l.first_end,
+               arg_max(e.id, struct_pack(neg_ts := -e.ts, cpu := not e.on_gpu, neg_id := -e.id)) as first_id
+        from cp_last_end l
+        left join cp_events e on e.rank = l.rank and e.end_ns = l.first_end
+        group by l.rank, l.window_id, l.window_start, l.window_end, l.first_end
+    ),
+    cp_first_runs as (
+        select s.*, x.lane, x.pos as top_pos, b.pos as bottom_pos
+        from cp_starts s
+        join cp_lanes x on x.rank = s.rank and x.state = 2 * s.first_id + 1
+        asof join (select rank, lane, pos from cp_jumps) b on b.rank = x.rank and b.lane = x.lane and b.pos <= x.pos
+    ),
+    cp_limits as (
+        select rank, count(*) + 2 as max_iterations from cp_jumps group by rank
+    ),
+    -- one row per run on the walk: its lane, the positions it goes down from and to, and the cursor at its top
+    -- (how far back the window is explained); each iteration moves every window's walk by one run
+    cp_walk(rank, window_id, window_start, max_iterations, iteration, lane, top_pos, bottom_pos, cursor) as (
+        select f.rank, f.window_id, f.window_start, m.max_iterations, 0, f.lane, f.top_pos, f.bottom_pos,
+               f.first_end
+        from cp_first_runs f join cp_limits m on m.rank = f.rank
+        union all
+        select w.rank, w.window_id, w.window_start, w.max_iterations, w.iteration + 1, j.to_lane, j.to_pos,
+               j.to_bottom_pos, greatest(w.window_start, least(w.cursor, j.tau, j.to_tau))
+        from cp_walk w
+        join cp_jump_chain j on j.rank = w.rank and j.lane = w.lane and j.pos = w.bottom_pos
+        where w.cursor > w.window_start and j.next_state is not null and w.iteration < w.max_iterations
+    ),
+    -- the first state of each lane at or after each window start: a run crossing the window start is cut there
+    cp_cuts as (
+        select w.rank, w.window_id, l.lane, c.pos as cut_pos
+        from cp_windows w
+        join (select distinct rank, lane from cp_jumps) l on l.rank = w.rank
+        asof left join (select rank, lane, tau, pos from cp_lanes) c
+            on c.rank = l.rank and c.lane = l.lane and w.start_ns <= c.tau
+    ),
+    -- the runs expanded into their states, in walk order; the cursor at each state is the running minimum of
+    -- the states' times (clamped at the window start), and each state's step covers [next cursor, its cursor)
+    cp_path as (
+        select w.rank, w.window_id, w.window_start, w.iteration, w.lane,
+               unnest(range(w.top_pos, greatest(w.bottom_pos, coalesce(c.cut_pos, w.top_pos + 1)) - 1, -1)) as pos
+        from cp_walk w
+        left join cp_cuts c on c.rank = w.rank and c.window_id = w.window_id and c.lane = w.lane
+        where w.cursor > w.window_start
+    ),
+    cp_cursors as (
+        select p.rank, p.window_id, p.window_start, p.iteration, p.pos, s.segment_event, s.category,
+               greatest(p.window_start, min(s.tau) over walk_order) as cursor
+        from cp_path p
+        join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
+        window walk_order as (partition by p.rank, p.window_id order by p.iteration, p.pos desc
+                              rows between unbounded preceding and current row)
+    ),
+    cp_segments as (
+        select rank, window_id, segment_event, category,
+               coalesce(lead(cursor) over (partition by rank, window_id order by iteration, pos desc), window_start)
+                   as start_ns,
+               cursor as end_ns
+        from cp_cursors
+        union all
+        -- after the last event of the window (or all of a window without events)
+        select rank, window_id, null, 'idle', coalesce(first_end, window_start), window_end
+        from cp_starts
+    )
+    select s.rank, s.window_id,
+           row_number() over (partition by s.rank, s.window_id order by s.start_ns, s.end_ns) as position,
+           s.segment_event as event_id, e.kind, e.name, s.category, s.start_ns, s.end_ns,
+           s.end_ns - s.start_ns as duration_ns
+    from cp_segments s
+    left join cp_events e on e.rank = s.rank and e.id = s.segment_event
+    where s.end_ns > s.start_ns;

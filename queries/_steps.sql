@@ -1,0 +1,134 @@
+-- prelude: training-step windows and GPU time inside time windows (table macros; after _launches.sql, whose
+-- gpu_ops() they use).
+--   step_windows(): one row per rank and ProfilerStep#N, from the CPU user_annotation of that name (a cpu_op in
+--     legacy traces):
+--     rank, step (N), name, event_id, start_ns, end_ns (the CPU step), and the step's GPU window gpu_start_ns,
+--     gpu_end_ns with gpu_window_source: 'gpu_annotation' where the trace has a gpu_annotation of the same name (its
+--     span), else 'launches' (first start to last end of the GPU ops whose launch call starts inside the CPU step),
+--     else null. Where a rank has two CPU annotations of one step name, the longest is the step.
+--   step_breakdown(): step_windows() with the GPU time inside each CPU step window (gpu_time_in_windows), in ns.
+--   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns: the CPU step windows of ranks with steps
+--     (window_id = step); for a rank without steps one window (window_id -1, step null) from the first start to
+--     the last end of its CPU events and GPU ops.
+--   gpu_time_in_windows(windows): GPU time inside each window of the relation named `windows` (a table or a CTE
+--     of the calling query, with rank, window_id, start_ns, end_ns): the union of GPU-op intervals clipped to the
+--     window, per category, in ns: computation_ns, communication_ns, memcpy_ns, busy_ns,
+--     exposed_communication_ns (communication not overlapped by computation), exposed_memcpy_ns (memcpy not
+--     overlapped by computation or communication), idle_ns (window length - busy), and unlaunched_ns: the union of
+--     the GPU ops inside the window that have no launch call in the trace (left out of the above). GPU ops as in
+--     TraceLens's gpu_timeline: gpu_ops() (_launches.sql) with a launch call (work queued before the profiling
+--     window has none), categories by gpu_timeline_category.
+--     Union lengths without pairwise overlap joins: in start order, each interval adds what it extends beyond the
+--     furthest end seen before it in the same (window, union).
+
+create or replace macro step_windows() as table
+    with step_annotations as (
+        select rank, id, name, ts as start_ns, ts + dur as end_ns,
+               regexp_extract(name, '^ProfilerStep#(\d+)$', 1)::bigint as step
+        from events
+        where kind in ('user_annotation', 'cpu_op') and regexp_matches(name, '^ProfilerStep#\d+$') and dur is not null
+        qualify row_number() over (partition by rank, name order by kind = 'user_annotation' desc, dur desc, id) = 1
+    ),
+    gpu_annotations as (
+        select rank, name, min(ts) as gpu_start_ns, max(ts + dur) as gpu_end_ns
+        from events
+        where kind = 'gpu_annotation' and regexp_matches(name, '^ProfilerStep#\d+$')
+        group by rank, name
+    ),
+    launched as (
+        select g.rank, c.ts as call_ns, g.start_ns, g.end_ns
+        from gpu_ops() g
+        join events c on c.rank = g.rank and c.id = g.call_id
+    ),
+    -- each launch call to the step it falls in: the last step starting at or before it, if it has not ended
+    launch_spans as (
+        select s.rank, s.step, min(g.start_ns) as gpu_start_ns, max(g.end_ns) as gpu_end_ns
+        from launched g
+        asof join step_annotations s on s.rank = g.rank and s.start_ns <= g.call_ns
+        where g.call_ns < s.end_ns
+        group by s.rank, s.step
+    )
+    select s.rank, s.step, s.name, s.id as event_id, s.start_ns, s.end_ns,
+           coalesce(a.gpu_start_ns, l.gpu_start_ns) as gpu_start_ns,
+           coalesce(a.gpu_end_ns, l.gpu_end_ns) as gpu_end_ns,
+           case when a.rank is not null then 'gpu_annotation' when l.rank is not null then 'launches' end
+               as gpu_window_source
+    from step_annotations s
+    left join gpu_annotations a on a.rank = s.rank and a.name = s.name
+    left join launch_spans l on l.rank = s.rank and l.step = s.step;
+
+create or replace macro gpu_time_in_windows(windows) as table
+    with gtw_windows as (
+        select rank, window_id, start_ns, end_ns from query_table(windows)
+    ),
+    gtw_ops as (
+        select rank, start_ns, end_ns,
+               case when call_id is null then 'unlaunched' else gpu_timeline_category(name, kind) end as category
+        from gpu_ops()
+        where dur > 0
+    ),
+    gtw_clipped as (
+        select w.rank, w.window_id, greatest(o.start_ns, w.start_ns) as start_ns, least(o.end_ns, w.end_ns) as end_ns,
+               o.category
+        from gtw_windows w
+        join gtw_ops o on o.rank = w.rank and o.start_ns < w.end_ns and o.end_ns > w.start_ns
+    ),
+    -- every interval joins each union it is part of: its own category, computation ∪ communication, and busy
+    gtw_memberships as (
+        select rank, window_id, start_ns, end_ns,
+               unnest(case category
+                          when 'computation' then ['computation', 'compute_or_comm', 'busy']
+                          when 'communication' then ['communication', 'compute_or_comm', 'busy']
+                          when 'memcpy' then ['memcpy', 'busy']
+                          else ['unlaunched']
+                      end) as union_name
+        from gtw_clipped
+    ),
+    gtw_extensions as (
+        select rank, window_id, union_name,
+               greatest(0, end_ns - greatest(start_ns, coalesce(max(end_ns) over (
+                   partition by rank, window_id, union_name order by start_ns, end_ns
+                   rows between unbounded preceding and 1 preceding), start_ns))) as added_ns
+        from gtw_memberships
+    ),
+    gtw_unions as (
+        select rank, window_id,
+               sum(added_ns) filter (where union_name = 'computation') as computation_ns,
+               sum(added_ns) filter (where union_name = 'communication') as communication_ns,
+               sum(added_ns) filter (where union_name = 'memcpy') as memcpy_ns,
+               sum(added_ns) filter (where union_name = 'compute_or_comm') as compute_or_comm_ns,
+               sum(added_ns) filter (where union_name = 'busy') as busy_ns,
+               sum(added_ns) filter (where union_name = 'unlaunched') as unlaunched_ns
+        from gtw_extensions
+        group by rank, window_id
+    )
+    select w.rank, w.window_id,
+           coalesce(u.computation_ns, 0)::bigint as computation_ns,
+           coalesce(u.communication_ns, 0)::bigint as communication_ns,
+           coalesce(u.memcpy_ns, 0)::bigint as memcpy_ns,
+           coalesce(u.busy_ns, 0)::bigint as busy_ns,
+           (coalesce(u.compute_or_comm_ns, 0) - coalesce(u.computation_ns, 0))::bigint as exposed_communication_ns,
+           (coalesce(u.busy_ns, 0) - coalesce(u.compute_or_comm_ns, 0))::bigint as exposed_memcpy_ns,
+           (w.end_ns - w.start_ns - coalesce(u.busy_ns, 0))::bigint as idle_ns,
+           coalesce(u.unlaunched_ns, 0)::bigint as unlaunched_ns
+    from gtw_windows w
+    left join gtw_unions u on u.rank = w.rank and u.window_id = w.window_id;
+
+create or replace macro step_breakdown() as table
+    with sb_steps as materialized (select * from step_windows()),
+    sb_windows as (select rank, step as window_id, start_ns, end_ns from sb_steps)
+    select s.*, g.* exclude (rank, window_id)
+    from sb_steps s
+    join gpu_time_in_windows('sb_windows') g on g.rank = s.rank and g.window_id = s.step;
+
+create or replace macro step_or_trace_windows() as table
+    with sw_steps as materialized (select rank, step, start_ns, end_ns from step_windows())
+    select rank, step as window_id, step, start_ns, end_ns from sw_steps
+    union all
+    select rank, -1, null, min(ts), max(ts + coalesce(dur, 0))
+    from events
+    where ts is not null
+      and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead', 'kernel', 'memcpy',
+                   'memset')
+      and rank not in (select rank from sw_steps)
+    group by rank;
