@@ -334,11 +334,7 @@ def side_measures(con: duckdb.DuckDBPyConnection, side: Side, section: Section) 
     if section.name == "gpu_timeline":
         return timeline_measures(side, section)
     if section.name == "critical_path":
-        path = result(side, "critical_path_summary")
-        if path is None:
-            return empty_measures(section)
-        totals = path.group_by("rank", "category").agg(pl.col("time_ms").sum())
-        return additive_measures(con, section, totals, path, step_counts_of(path))
+        return critical_path_measures(side, section)
     if section.name == "collectives":
         return collective_measures(con, side, section)
     source = SECTION_SOURCES[section.name]
@@ -423,26 +419,44 @@ def robust_sd(column: str) -> pl.Expr:
 
 
 def timeline_measures(side: Side, section: Section) -> pl.DataFrame:
-    """GPU time per category, per rank and all ranks, with the per-step spread from `steps`, robust as for the step
-    time: the same warm-up or stall steps that are outliers of the step time are outliers of its breakdown."""
-    totals = result(side, "gpu_timeline")
+    """GPU time per category (gpu_timeline), with its per-step spread from `steps`."""
+    totals, steps = result(side, "gpu_timeline"), result(side, "steps")
     if totals is None:
         return empty_measures(section)
-    per_rank = totals.select(pl.col("rank").cast(pl.Int32), "category", value=pl.col("time_ms").cast(pl.Float64))
+    per_step = None
+    if steps is not None:
+        per_step = (steps.select("rank", "step", *TIMELINE_STEP_COLUMNS.values())
+                    .rename({v: k for k, v in TIMELINE_STEP_COLUMNS.items()})
+                    .unpivot(index=["rank", "step"], variable_name="category", value_name="value"))
+    return breakdown_measures(totals.select("rank", "category", value="time_ms"), per_step)
+
+
+def critical_path_measures(side: Side, section: Section) -> pl.DataFrame:
+    """Critical-path time per category summed over the steps, with its per-step spread."""
+    path = result(side, "critical_path_summary")
+    if path is None:
+        return empty_measures(section)
+    per_step = path.select("rank", "step", "category", value="time_ms")
+    return breakdown_measures(per_step.group_by("rank", "category").agg(pl.col("value").sum()), per_step)
+
+
+def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None) -> pl.DataFrame:
+    """Times per (rank, category), and for all ranks, with a robust per-step spread as for the step time: a step
+    breakdown has the same warm-up or stall steps as outliers. A category absent from a step counts as 0 there."""
+    per_rank = totals.select(pl.col("rank").cast(pl.Int32), "category", pl.col("value").cast(pl.Float64))
     values = pl.concat([per_rank, per_rank.group_by("category").agg(pl.col("value").sum())
                        .select(pl.lit(None, pl.Int32).alias("rank"), "category", "value")])
-    steps = result(side, "steps")
     spread = pl.DataFrame(schema={"rank": pl.Int32, "category": pl.String, "spread_sd": pl.Float64,
                                   "spread_n": pl.Int64})
-    if steps is not None:
-        long = (steps.select(pl.col("rank").cast(pl.Int32), "step", *TIMELINE_STEP_COLUMNS.values())
-                .rename({v: k for k, v in TIMELINE_STEP_COLUMNS.items()})
-                .unpivot(index=["rank", "step"], variable_name="category", value_name="time_ms"))
-        all_ranks = long.group_by("step", "category").agg(pl.col("time_ms").sum())
-        spread = (pl.concat([long, all_ranks.select(pl.lit(None, pl.Int32).alias("rank"), "step", "category",
-                                                     "time_ms")])
-                  .group_by("rank", "category")
-                  .agg(spread_sd=robust_sd("time_ms"), spread_n=pl.len().cast(pl.Int64)))
+    if per_step is not None and per_step.height:
+        filled = (per_step.with_columns(pl.col("rank").cast(pl.Int32), pl.col("value").cast(pl.Float64))
+                  .pivot(on="category", index=["rank", "step"], values="value", aggregate_function="sum")
+                  .with_columns(pl.exclude("rank", "step").fill_null(0.0))
+                  .unpivot(index=["rank", "step"], variable_name="category", value_name="value"))
+        all_ranks = (filled.group_by("step", "category").agg(pl.col("value").sum())
+                     .select(pl.lit(None, pl.Int32).alias("rank"), "step", "category", "value"))
+        spread = (pl.concat([filled, all_ranks]).group_by("rank", "category")
+                  .agg(spread_sd=robust_sd("value"), spread_n=pl.len().cast(pl.Int64)))
     return (values.join(spread, on=["rank", "category"], how="left", nulls_equal=True)
             .with_columns(key=pl.struct("category"), metric=pl.lit("time_ms"),
                           spread_sd=pl.when(pl.col("spread_n") >= 2).then(pl.col("spread_sd")))
