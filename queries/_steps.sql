@@ -121,6 +121,23 @@ create or replace macro step_breakdown() as table
     from sb_steps s
     join gpu_time_in_windows('sb_windows') g on g.rank = s.rank and g.window_id = s.step;
 
+-- Each step with its metrics in ms: the columns of the steps analysis, shared by steps and step_stats.
+create or replace macro step_metrics() as table
+select rank, step, name, start_ns, end_ns,
+       (end_ns - start_ns) / 1e6 as duration_ms,
+       busy_ns / 1e6 as busy_ms,
+       idle_ns / 1e6 as idle_ms,
+       computation_ns / 1e6 as computation_ms,
+       communication_ns / 1e6 as communication_ms,
+       exposed_communication_ns / 1e6 as exposed_communication_ms,
+       memcpy_ns / 1e6 as memcpy_ms,
+       exposed_memcpy_ns / 1e6 as exposed_memcpy_ms,
+       gpu_start_ns, gpu_end_ns,
+       (gpu_end_ns - gpu_start_ns) / 1e6 as gpu_duration_ms,
+       gpu_window_source,
+       unlaunched_ns
+from step_breakdown();
+
 create or replace macro step_or_trace_windows() as table
     with sw_steps as materialized (select rank, step, start_ns, end_ns from step_windows())
     select rank, step as window_id, step, start_ns, end_ns from sw_steps

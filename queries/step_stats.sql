@@ -22,7 +22,7 @@
 --   warmup=N) are never recorded, so the first recorded step needs no other exclusion: its duration is in line
 --   with the rest on the shared traces. A rank with no complete step uses all of its steps (basis = all_steps).
 with per_step as materialized (
-    select * from step_breakdown()
+    select * from step_metrics()
 ),
 judged as (
     select *, count(*) filter (where unlaunched_ns = 0) over (partition by rank) as complete_steps,
@@ -34,16 +34,8 @@ used as (
 ),
 long as (
     unpivot (
-        select rank, all_steps, complete_steps,
-               (end_ns - start_ns) / 1e6 as duration_ms,
-               busy_ns / 1e6 as busy_ms,
-               idle_ns / 1e6 as idle_ms,
-               computation_ns / 1e6 as computation_ms,
-               communication_ns / 1e6 as communication_ms,
-               exposed_communication_ns / 1e6 as exposed_communication_ms,
-               memcpy_ns / 1e6 as memcpy_ms,
-               exposed_memcpy_ns / 1e6 as exposed_memcpy_ms,
-               (gpu_end_ns - gpu_start_ns) / 1e6 as gpu_duration_ms
+        select rank, all_steps, complete_steps, duration_ms, busy_ms, idle_ms, computation_ms, communication_ms,
+               exposed_communication_ms, memcpy_ms, exposed_memcpy_ms, gpu_duration_ms
         from used
     )
     on duration_ms, busy_ms, idle_ms, computation_ms, communication_ms, exposed_communication_ms, memcpy_ms,

@@ -33,18 +33,6 @@
 --   spread across steps is unaffected). The GPU window is reported beside it, not used for clipping: GPU windows of
 --   consecutive steps overlap where the GPU runs behind the CPU (by ~2 steps on the MI300X ResNet trace), and
 --   the GPU-side ProfilerStep annotation can be a few µs long (same trace: 18 µs for a 16 ms step).
-select rank, step, name, start_ns, end_ns,
-       (end_ns - start_ns) / 1e6 as duration_ms,
-       busy_ns / 1e6 as busy_ms,
-       idle_ns / 1e6 as idle_ms,
-       computation_ns / 1e6 as computation_ms,
-       communication_ns / 1e6 as communication_ms,
-       exposed_communication_ns / 1e6 as exposed_communication_ms,
-       memcpy_ns / 1e6 as memcpy_ms,
-       exposed_memcpy_ns / 1e6 as exposed_memcpy_ms,
-       gpu_start_ns, gpu_end_ns,
-       (gpu_end_ns - gpu_start_ns) / 1e6 as gpu_duration_ms,
-       gpu_window_source,
-       unlaunched_ns / 1e6 as unlaunched_gpu_ms
-from step_breakdown()
+select * exclude (unlaunched_ns), unlaunched_ns / 1e6 as unlaunched_gpu_ms
+from step_metrics()
 order by rank, step

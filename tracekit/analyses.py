@@ -15,6 +15,9 @@ rules in `_categories.sql`), run in name order (a later file may use an earlier 
 before any query. Preludes hold only `create or replace macro` statements (idempotent, cheap), so running them again
 on a connection is harmless.
 
+An input may be another analysis (e.g. `-- inputs: op_summary, ranks` in the cross-rank queries): it is run first
+and its result registered under its name, so a query reads it like a table.
+
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """
 
@@ -106,12 +109,15 @@ def preludes() -> str:
 SHARED_TABLE_MACROS = ("gpu_ops", "launch_op_ancestors", "op_calls")
 
 
-def connect(tables: TraceTables, materialize: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table registered and the shared macros defined.
 
     With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
+    `threads=1` makes results reproducible to the last bit (parallel float sums depend on thread timing).
     """
     con = tables.connect()
+    if threads:
+        con.execute(f"set threads = {int(threads)}")
     con.execute(preludes())
     if materialize:
         for name in SHARED_TABLE_MACROS:
@@ -126,16 +132,65 @@ def sql(tables: TraceTables, query: str) -> pl.DataFrame:
         return con.sql(query).pl()
 
 
+def analysis_inputs(name: str) -> list[str]:
+    """The other analyses NAME reads (its inputs named like a query that are not tables), in header order."""
+    return [i for i in load_query(name).inputs if i not in TraceTables.names() and re.fullmatch(r"[a-z_0-9]+", i)]
+
+
 def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
-    """The result of queries/NAME.sql over `tables` (on `con` when given: one made by `connect`)."""
-    query = load_query(name)
+    """The result of queries/NAME.sql over `tables` (on `con` when given: one made by `connect`); the analyses it
+    reads are run first."""
     if con is not None:
-        return con.sql(query.sql).pl()
+        return run_into(con, name, {})
     with connect(tables) as fresh:
-        return fresh.sql(query.sql).pl()
+        return run_into(fresh, name, {})
 
 
-def run_all(tables: TraceTables, names: list[str] | None = None) -> dict[str, pl.DataFrame]:
-    """Several analyses over one connection (tables registered and macros defined once)."""
-    with connect(tables, materialize=True) as con:
-        return {name: run(tables, name, con) for name in (names or available())}
+def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.DataFrame],
+             failures: dict[str, str] | None = None, _needed_by: tuple[str, ...] = ()) -> pl.DataFrame | None:
+    """Run NAME on `con` after the analyses it reads, registering each result as a view of its name.
+
+    `results` caches what already ran. With `failures`, a query that is missing or fails (or needs one that did)
+    is recorded there as a one-line reason and None returned, instead of raising.
+    """
+    if name in results:
+        return results[name]
+    if failures is not None and name in failures:
+        return None
+    if name in _needed_by:
+        raise ValueError(f"queries/{name}.sql: circular inputs {' → '.join(_needed_by + (name,))}")
+    try:
+        if not (queries_dir() / f"{name}.sql").is_file():
+            raise FileNotFoundError(f"queries/{name}.sql does not exist")
+        for dep in analysis_inputs(name):
+            if not (queries_dir() / f"{dep}.sql").is_file():
+                raise FileNotFoundError(f"queries/{name}.sql reads {dep}, which is neither a table nor an analysis")
+            if run_into(con, dep, results, failures, _needed_by + (name,)) is None:
+                raise LookupError(f"needs {dep}, which failed: {failures[dep]}")
+        result = con.sql(load_query(name).sql).pl()
+    except (FileNotFoundError, LookupError, duckdb.Error) as exc:
+        if failures is None:
+            raise
+        failures[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None
+    results[name] = result
+    con.register(name, result.to_arrow())
+    return result
+
+
+def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,
+            progress=None, threads: int | None = None) -> dict[str, pl.DataFrame]:
+    """Several analyses over one connection (tables registered, shared macros computed once, each result shared
+    with the analyses that read it).
+
+    With `failures`, missing or failing queries are reported there instead of raised; `progress(name)` is called
+    after each requested analysis; `threads` as in `connect`.
+    """
+    results: dict[str, pl.DataFrame] = {}
+    wanted = names or available()
+    with connect(tables, materialize=True, threads=threads) as con:
+        for name in wanted:
+            run_into(con, name, results, failures)
+            if progress:
+                progress(name)
+    return {name: results[name] for name in wanted if name in results}

@@ -118,6 +118,27 @@ def signed_percent(value: float | None) -> str:
 
 
 @main.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
+@user_errors
+def report(traces, out_dir, rank, force):
+    """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
+    from .report import check_out_dir, run_analyses, write_reports
+    from .summary import QUERIES, print_summary, progress_bar
+
+    check_out_dir(out_dir, force)
+    tables = load_with_progress(traces, rank)
+    problems: list[str] = []
+    with progress_bar(stderr) as progress:
+        done = run_analyses(tables, progress, extra=QUERIES)
+        paths = write_reports(tables, out_dir, force, analyses_done=done, problems=problems, progress=progress)
+    print_summary(stdout, done, paths, problems)
+
+
+@main.command()
 @click.option("--ranks", type=click.IntRange(min=1), default=2, show_default=True, help="Number of ranks (one file each).")
 @click.option("--steps", type=click.IntRange(min=1), default=4, show_default=True, help="Profiler steps per rank.")
 @click.option("--seed", type=int, default=0, show_default=True, help="The job: model shapes, kernel speeds, rank skew.")

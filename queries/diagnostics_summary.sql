@@ -1,0 +1,23 @@
+-- question: What could tracekit not use or link on each rank, grouped by reason?
+-- inputs: diagnostics, ranks
+-- columns:
+--   rank: rank (notes about no rank in particular, e.g. a file-level note, count for every rank)
+--   stage: stage that wrote the note (ingest, edges, et, ...)
+--   reason: short machine-readable reason
+--   entries: notes with this reason
+--   dropped: notes whose entry became no row in any table
+--   listed: how many of them diagnostics_list shows (it keeps the first 100 of each reason)
+--   example: detail of the first such note (by file and position)
+with notes as (
+    select r.rank, d.* exclude (rank)
+    from diagnostics d
+    join ranks r on d.rank = r.rank or d.rank is null or d.rank not in (select rank from ranks)
+)
+select rank, stage, reason,
+       count(*) as entries,
+       count(*) filter (where dropped) as dropped,
+       least(count(*), 100) as listed,
+       arg_min(detail, (coalesce(source_file, ''), coalesce(position, -1), coalesce(detail, ''))) as example
+from notes
+group by rank, stage, reason
+order by rank, entries desc, stage, reason
