@@ -363,3 +363,71 @@ def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, tmp_path):
     assert result.measures.height > 500
     assert result.measures.filter(pl.col("delta") != 0).height == 0
     assert set(result.measures["verdict"].drop_nulls()) == {"unchanged"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The workbook (reports/diff.toml through the report framework's writer)
+
+def read_workbook(path) -> dict[str, list[tuple]]:
+    openpyxl = pytest.importorskip("openpyxl")
+    book = openpyxl.load_workbook(path)
+    return {ws.title: [tuple(r) for r in ws.iter_rows(values_only=True)] for ws in book.worksheets}, book
+
+
+def test_workbook_of_the_synthetic_slowdown(slowed_diff, tmp_path):
+    path = tmp_path / "diff.xlsx"
+    assert diff.write_workbook(slowed_diff, path) == []
+    sheets, book = read_workbook(path)
+    assert list(sheets)[:2] == ["Summary", "Step time"]
+    assert {"Ops", "Ops by shape", "Kernels", "Categories", "Collectives", "Critical path"} <= set(sheets)
+    assert "One side only" not in sheets  # both runs hold the same ops and kernels
+    summary = {row[0]: row[1] for row in sheets["Summary"] if row and row[0]}
+    head = slowed_diff.headline()
+    assert float(summary["Step time, candidate (ms)"]) == pytest.approx(head["cand"], rel=1e-9)
+    assert summary["Verdict"] == "slower"
+    assert len(book["Summary"]._charts) == 2  # top changes, GPU time baseline vs candidate
+    ops = sheets["Ops"]
+    assert ops[0][:3] == ("Op", "Category", "Verdict") and ops[1][0] == "aten::_softmax" and ops[1][2] == "slower"
+    with pytest.raises(tracekit.InputError):
+        diff.write_workbook(slowed_diff, path)
+    diff.write_workbook(slowed_diff, path, force=True)
+
+
+def test_workbook_lists_what_exists_on_one_side_only(tmp_path):
+    base = noisy_ops(6)
+    cand = pl.concat([noisy_ops(7).filter(pl.col("name") != "aten::relu"),
+                      noisy_ops(7).filter(pl.col("name") == "aten::mm").with_columns(name=pl.lit("aten::bmm"))])
+    result = diff.compare(side_from_steps("before", base), side_from_steps("after", cand))
+    diff.write_workbook(result, tmp_path / "diff.xlsx")
+    sheets, _ = read_workbook(tmp_path / "diff.xlsx")
+    rows = {(r[1], r[2]) for r in sheets["One side only"][1:]}
+    assert rows == {("aten::bmm", "after"), ("aten::relu", "before")}
+
+
+def test_cli_writes_the_workbook(synth_runs, tmp_path):
+    out = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "slow"),
+                                    "-o", str(tmp_path / "d.xlsx")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "d.xlsx").is_file() and "wrote" in out.output
+    again = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "slow"),
+                                      "-o", str(tmp_path / "d.xlsx")])
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
+    from tracekit import report
+
+    frames = diff.compare(diff.Side("a", {}), diff.Side("b", {})).workbook_frames()
+    formats = report.style().formats
+    spec = report.workbook_spec("diff")
+    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Kernels", "Categories",
+                                             "Collectives", "Critical path", "One side only"]
+    for sheet in spec.sheets:
+        for block in sheet.blocks:
+            assert block.query in frames, (sheet.name, block.query)
+            columns = frames[block.query].columns
+            for column in block.columns:
+                assert column.col in columns, (sheet.name, column.col)
+                assert column.format is None or column.format in formats, (sheet.name, column.format)
+            if block.chart:
+                assert {block.chart.categories, *block.chart.values} <= set(columns), sheet.name

@@ -91,16 +91,26 @@ def ingest(traces, out_dir, rank, force):
               help="Measure gated by --fail-on-regression: step_time, a GPU timeline category (busy, idle, "
                    "computation, ...), op:NAME, kernel:NAME or category:NAME.")
 @click.option("--top", type=int, default=15, show_default=True, help="Changes listed in the terminal.")
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+              help="Write the comparison workbook (e.g. diff.xlsx): summary with charts, ops, ops by shape, kernels, "
+                   "categories, collectives, critical path, one side only.")
+@click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
 @user_errors
-def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top):
+def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, out_path, force):
     """Compare two runs: BASELINE and CANDIDATE are each a trace file, a directory of ranks or an ingested dataset."""
     try:
         diff.parse_metric_name(metric)
     except LookupError as exc:
         raise InputError(f"--metric {exc}") from None
+    if out_path is not None and out_path.exists() and not force:
+        raise InputError(f"{out_path}: exists (use --force to replace it)")
     result = diff.compare(load_with_progress((baseline,)), load_with_progress((candidate,)), threshold=threshold, k=k,
                           labels=(Path(baseline).name, Path(candidate).name))
     diff.print_summary(result, stdout, top)
+    if out_path is not None:
+        for problem in diff.write_workbook(result, out_path, force):
+            stderr.print(f"note: {problem}")
+        stdout.print(f"wrote {out_path}")
     if fail_percent is not None:
         try:
             regressed = result.regressed(fail_percent, metric)

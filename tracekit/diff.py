@@ -20,12 +20,15 @@ repeat a child's change in every ancestor and count time blocked in a synchronis
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import duckdb
 import polars as pl
 
-from . import analyses
+from . import analyses, report, xlsx
+from .errors import InputError
 from .tables import TraceTables
 
 DEFAULT_THRESHOLD_PERCENT = 5.0  # single-step fallback: relative change that counts
@@ -118,7 +121,7 @@ class Side:
     results: dict[str, pl.DataFrame]
     per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
     step_counts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.Int64}))
-    missing: tuple[str, ...] = ()  # analyses the diff reads that queries/ does not have
+    failures: dict[str, str] = field(default_factory=dict)  # analysis → why it gave nothing (missing, failed)
 
 
 @dataclass(frozen=True)
@@ -228,18 +231,19 @@ def parse_metric_name(name: str) -> tuple[str, str]:
 def summarize(tables: TraceTables, label: str) -> Side:
     """Run the analyses a diff needs over one side, and (with 2+ steps) the per-step ones that measure noise.
 
-    An analysis missing from queries/ leaves its sections empty (named in `Side.missing`) rather than failing.
+    An analysis that is missing from queries/ or fails leaves its sections empty and is named, with the reason, in
+    `Side.failures` (the diff's notes) rather than stopping the diff.
     """
-    present = set(analyses.available())
-    results = analyses.run_all(tables, [name for name in TOTALS_ANALYSES if name in present])
-    missing = tuple(name for name in TOTALS_ANALYSES if name not in present)
-    per_step = per_step_results(tables, present)
+    failures: dict[str, str] = {}
+    results = analyses.run_all(tables, list(TOTALS_ANALYSES), failures)
+    per_step = per_step_results(tables, failures)
     if per_step is None:
-        return Side(label, results, missing=missing)
-    return Side(label, results, *per_step, missing=missing)
+        return Side(label, results, failures=failures)
+    return Side(label, results, *per_step, failures=failures)
 
 
-def per_step_results(tables: TraceTables, present: set[str]) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
+def per_step_results(tables: TraceTables, failures: dict[str, str]
+                     ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
     """The per-step analyses, each with a `step` column, and the step counts; None when no rank holds 2 steps.
 
     Each (rank, step) becomes a pseudo-rank: every analysis keys on rank, so one run over views that relabel the
@@ -250,8 +254,10 @@ def per_step_results(tables: TraceTables, present: set[str]) -> tuple[dict[str, 
         mapping = pseudo_rank_views(con, tables)
         if mapping is None:
             return None
-        per_step = {name: restore_ranks(analyses.run(tables, name, con), mapping)
-                    for name in PER_STEP_ANALYSES if name in present}
+        done: dict[str, pl.DataFrame] = {}
+        for name in PER_STEP_ANALYSES:
+            analyses.run_into(con, name, done, failures)
+        per_step = {name: restore_ranks(done[name], mapping) for name in PER_STEP_ANALYSES if name in done}
     by_shape = per_step.get("op_by_shape")
     if by_shape is not None:
         sums = [pl.col(m.name).sum() for m in OP_METRICS]
@@ -623,9 +629,8 @@ def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | No
 
 def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...]:
     notes = []
-    missing = sorted(set(base.missing) | set(cand.missing))
-    if missing:
-        notes.append(f"not compared: analyses {', '.join(missing)} are not in queries/")
+    for name, reason in {**cand.failures, **base.failures}.items():
+        notes.append(f"not compared: analysis {name} gave nothing ({reason})")
     if step_basis(base) != step_basis(cand):
         notes.append(f"step time is the {step_basis(base)} on {base.label} but the {step_basis(cand)} on {cand.label}")
     kernels = measures.filter((pl.col("section") == "kernels") & (pl.col("metric") == "total_us") & pl.col("rank").is_null())
@@ -636,6 +641,28 @@ def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...
         notes.append(f"kernel names mostly differ between the runs ({100 * (matched or 0) / total:.0f}% of kernel time "
                      "on names found on both sides): compare ops and categories, not kernels")
     return tuple(notes)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Workbook
+
+
+def write_workbook(result: DiffResult, path: Path, force: bool = False) -> list[str]:
+    """Write the comparison workbook laid out by reports/diff.toml to `path` (an existing file only with `force`);
+    return the writer's notes (a column a section lacks, a sheet cut at Excel's row limit)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory (give the workbook's file name, e.g. diff.xlsx)")
+    if path.exists() and not force:
+        raise InputError(f"{path}: exists (use --force to replace it)")
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: no such directory")
+    problems: list[str] = []
+    sheets = report.sheets_for(report.workbook_spec("diff"), result.workbook_frames(), {}, problems)
+    scratch = path.with_name(f".{path.name}.partial")
+    problems += xlsx.write_workbook(scratch, sheets, report.style())
+    os.replace(scratch, path)
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------------------------
