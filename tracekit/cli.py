@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import analyses, schema
+from . import analyses, diff, schema
 from . import synth as synthetic
 from .errors import InputError
 from .graph import graph_writer, write_graph
@@ -75,6 +75,56 @@ def ingest(traces, out_dir, rank, force):
     dropped = sum(tables.diagnostics.column("dropped").to_pylist())
     stdout.print(f"wrote {out_dir}: ranks {tables.rank_list}; {counts}"
                  + (f"; {dropped} entries dropped (see diagnostics)" if dropped else ""))
+
+
+@main.command(name="diff")
+@click.argument("baseline")
+@click.argument("candidate")
+@click.option("--threshold", type=float, default=diff.DEFAULT_THRESHOLD_PERCENT, show_default=True, metavar="PCT",
+              help="Where neither side holds 2+ ProfilerSteps: a change counts when larger than PCT percent of the "
+                   "baseline. With steps, it must exceed k standard errors of the per-step noise and 1% of the value.")
+@click.option("-k", "--sigmas", "k", type=float, default=diff.DEFAULT_K, show_default=True,
+              help="Standard errors of per-step noise a change must exceed.")
+@click.option("--fail-on-regression", "fail_percent", type=float, default=None, metavar="PCT",
+              help="Exit with code 1 when --metric is slower beyond noise and by more than PCT percent (CI gating).")
+@click.option("--metric", default="step_time", show_default=True,
+              help="Measure gated by --fail-on-regression: step_time, a GPU timeline category (busy, idle, "
+                   "computation, ...), op:NAME, kernel:NAME or category:NAME.")
+@click.option("--top", type=int, default=15, show_default=True, help="Changes listed in the terminal.")
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+              help="Write the comparison workbook (e.g. diff.xlsx): summary with charts, ops, ops by shape, kernels, "
+                   "categories, collectives, critical path, one side only.")
+@click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
+@user_errors
+def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, out_path, force):
+    """Compare two runs: BASELINE and CANDIDATE are each a trace file, a directory of ranks or an ingested dataset."""
+    try:
+        diff.parse_metric_name(metric)
+    except LookupError as exc:
+        raise InputError(f"--metric {exc}") from None
+    if out_path is not None and out_path.exists() and not force:
+        raise InputError(f"{out_path}: exists (use --force to replace it)")
+    result = diff.compare(load_with_progress((baseline,)), load_with_progress((candidate,)), threshold=threshold, k=k,
+                          labels=(Path(baseline).name, Path(candidate).name))
+    diff.print_summary(result, stdout, top)
+    if out_path is not None:
+        for problem in diff.write_workbook(result, out_path, force):
+            stderr.print(f"note: {problem}")
+        stdout.print(f"wrote {out_path}")
+    if fail_percent is not None:
+        try:
+            regressed = result.regressed(fail_percent, metric)
+        except LookupError as exc:
+            raise InputError(f"--metric {exc}") from None
+        if regressed:
+            row = result.metric(metric)
+            click.echo(f"tracekit: regression: {metric} {signed_percent(row['percent_delta'])} slower "
+                       f"(more than {fail_percent:g}% and beyond noise ±{row['noise']:.3g})", err=True)
+            sys.exit(1)
+
+
+def signed_percent(value: float | None) -> str:
+    return "∞%" if value is None else f"{value:+.1f}%"
 
 
 @main.command()

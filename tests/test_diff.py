@@ -1,0 +1,433 @@
+"""tracekit diff: the noise rule on hand-built analysis results, then real and synthetic traces."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+import tracekit
+from tracekit import diff, synth
+from tracekit.cli import main
+
+from .conftest import shared_trace
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hand-built sides: per-step op results, from which totals and steps are made as the analyses would.
+
+OPS = {"aten::mm": ("GEMM", 10.0), "aten::add": ("elementwise", 2.0), "aten::relu": ("elementwise", 1.0)}
+
+
+def side_from_steps(label: str, per_step_ops: pl.DataFrame) -> diff.Side:
+    """A Side whose op_summary, steps and gpu_timeline agree with `per_step_ops` (rank, step, name, direct_kernel_ms...)."""
+    per_step = per_step_ops.with_columns(
+        category=pl.col("name").replace_strict({k: v[0] for k, v in OPS.items()}, default="other"),
+        subtree_kernel_ms=pl.col("direct_kernel_ms"), self_cpu_ms=pl.col("total_cpu_ms"))
+    totals = per_step.group_by("rank", "name", "category", maintain_order=True).agg(pl.exclude("step").sum())
+    steps = (per_step.group_by("rank", "step", maintain_order=True)
+             .agg(busy_ms=pl.col("direct_kernel_ms").sum())
+             .with_columns(idle_ms=pl.lit(5.0), duration_ms=pl.col("busy_ms") + 5.0, computation_ms=pl.col("busy_ms"),
+                           communication_ms=pl.lit(0.0), exposed_communication_ms=pl.lit(0.0),
+                           memcpy_ms=pl.lit(0.0), exposed_memcpy_ms=pl.lit(0.0)))
+    timeline = (steps.group_by("rank").agg(pl.col("busy_ms", "idle_ms", "duration_ms").sum())
+                .unpivot(index="rank", variable_name="category", value_name="time_ms")
+                .with_columns(pl.col("category").replace({"busy_ms": "busy", "idle_ms": "idle", "duration_ms": "total"})))
+    results = {"op_summary": totals, "steps": steps, "gpu_timeline": timeline}
+    return diff.Side(label, results, {"op_summary": per_step},
+                     diff.step_counts_of(per_step.select("rank", "step").unique()))
+
+
+def noisy_ops(seed: int, steps: int = 6, slow: dict[str, float] | None = None, sd: float = 0.02,
+              ranks: int = 1) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = [dict(rank=r, step=s, name=name, count=4,
+                 direct_kernel_ms=ms * (slow or {}).get(name, 1.0) * (1 + sd * rng.standard_normal()),
+                 total_cpu_ms=0.5 * (1 + sd * rng.standard_normal()))
+            for r in range(ranks) for s in range(steps) for name, (_, ms) in OPS.items()]
+    return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32})
+
+
+def op_row(result: diff.DiffResult, name: str) -> dict:
+    return result.sections["ops"].filter(pl.col("name") == name).row(0, named=True)
+
+
+def t_quantile(k: float, dof: float) -> float:
+    """The documented multiplier, from scipy: Student t at the two-sided tail probability of k normal sigmas."""
+    stats = pytest.importorskip("scipy.stats")
+    return float(stats.t.isf(stats.norm.sf(k), dof))
+
+
+def test_noise_bound_is_t_standard_errors_of_the_step_totals():
+    base_steps, cand_steps = noisy_ops(1), noisy_ops(2, slow={"aten::mm": 1.5})
+    result = diff.compare(side_from_steps("a", base_steps), side_from_steps("b", cand_steps))
+    # Independent computation of the documented rule for aten::mm's direct kernel time.
+    a = base_steps.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].to_numpy()
+    b = cand_steps.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].to_numpy()
+    var_a, var_b = len(a) * a.var(ddof=1), len(b) * b.var(ddof=1)
+    dof = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
+    expected_noise = max(t_quantile(diff.DEFAULT_K, dof) * math.sqrt(var_a + var_b), 0.01 * max(a.sum(), b.sum()))
+    row = op_row(result, "aten::mm")
+    assert row["base_direct_kernel_ms"] == pytest.approx(a.sum())
+    assert row["cand_direct_kernel_ms"] == pytest.approx(b.sum())
+    assert row["noise_direct_kernel_ms"] == pytest.approx(expected_noise, rel=2e-3)
+    assert row["percent_delta_direct_kernel_ms"] == pytest.approx(100 * (b.sum() / a.sum() - 1))
+    assert row["verdict"] == "slower" and row["verdict_on"] == "direct_kernel_ms"
+    # The slowed op leads the list; the others stay within noise.
+    assert result.sections["ops"]["name"][0] == "aten::mm"
+    assert result.sections["ops"].filter(pl.col("name") != "aten::mm")["verdict"].to_list() == ["unchanged"] * 2
+    assert result.headline()["verdict"] == "slower"
+
+
+def test_step_time_is_the_median_step_with_a_robust_spread():
+    # Candidate: most steps 25% faster, one warm-up-like outlier step slower than every baseline step.
+    base_ms = [176.1, 174.0, 176.9, 181.3, 176.5, 164.3]
+    cand_ms = [181.6, 123.9, 126.8, 126.3, 163.5, 116.1]
+
+    def side(label, durations):
+        steps = pl.DataFrame({"rank": [0] * 6, "step": list(range(6)), "duration_ms": durations},
+                             schema_overrides={"rank": pl.Int32})
+        return diff.Side(label, {"steps": steps})
+
+    head = diff.compare(side("a", base_ms), side("b", cand_ms)).headline()
+    a, b = np.array(base_ms), np.array(cand_ms)
+    robust_sd = [1.4826 * np.median(np.abs(x - np.median(x))) for x in (a, b)]
+    var_a, var_b = (1.2533**2 * sd**2 / 6 for sd in robust_sd)
+    dof = (var_a + var_b) ** 2 / (var_a**2 / 5 + var_b**2 / 5)
+    assert head["base"] == pytest.approx(np.median(a)) and head["cand"] == pytest.approx(np.median(b))
+    assert head["noise"] == pytest.approx(t_quantile(diff.DEFAULT_K, dof) * math.sqrt(var_a + var_b), rel=2e-3)
+    assert head["verdict"] == "faster"
+    # The sample standard deviation, inflated by the two slow steps, would not have called it.
+    sd_bound = t_quantile(diff.DEFAULT_K, 5) * 1.2533 * math.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 6)
+    assert abs(head["delta"]) < sd_bound
+
+
+def test_same_configuration_gives_no_verdicts():
+    verdicts = []
+    for seed in range(10):
+        result = diff.compare(side_from_steps("a", noisy_ops(seed)), side_from_steps("b", noisy_ops(seed + 100)))
+        verdicts += result.measures.filter(pl.col("verdict").is_in(["slower", "faster"]))["item"].to_list()
+    # 10 pairs × (3 ops × 4 timed metrics + timeline + step time): at 3 sigmas' tail almost nothing is called.
+    assert len(verdicts) <= 2, verdicts
+
+
+def test_an_op_missing_from_some_steps_counts_as_zero_there():
+    steps = noisy_ops(3).filter(~((pl.col("name") == "aten::relu") & (pl.col("step") >= 3)))
+    result = diff.compare(side_from_steps("a", steps), side_from_steps("b", steps))
+    relu = steps.filter(pl.col("name") == "aten::relu")["direct_kernel_ms"].to_list() + [0.0] * 3
+    se = math.sqrt(2 * 6 * np.var(relu, ddof=1))
+    assert op_row(result, "aten::relu")["noise_direct_kernel_ms"] == pytest.approx(t_quantile(3, 10) * se, rel=2e-3)
+
+
+def test_single_step_falls_back_to_the_relative_threshold():
+    base = noisy_ops(4, steps=1, sd=0)
+    cand = noisy_ops(5, steps=1, sd=0, slow={"aten::mm": 1.04, "aten::add": 1.06, "aten::relu": 0.9})
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand), threshold=5.0)
+    verdicts = dict(result.sections["ops"].select("name", "verdict").iter_rows())
+    assert verdicts == {"aten::mm": "unchanged", "aten::add": "slower", "aten::relu": "faster"}
+    assert op_row(result, "aten::mm")["noise_direct_kernel_ms"] == pytest.approx(0.05 * 10.0)
+    stricter = diff.compare(side_from_steps("a", base), side_from_steps("b", cand), threshold=3.0)
+    assert op_row(stricter, "aten::mm")["verdict"] == "slower"
+
+
+def test_ops_on_one_side_only_are_added_or_removed():
+    base = noisy_ops(6)
+    cand = pl.concat([noisy_ops(7).filter(pl.col("name") != "aten::relu"),
+                      noisy_ops(7).filter(pl.col("name") == "aten::mm").with_columns(name=pl.lit("aten::bmm"))])
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand))
+    verdicts = dict(result.sections["ops"].select("name", "verdict").iter_rows())
+    assert verdicts["aten::relu"] == "removed" and verdicts["aten::bmm"] == "added"
+    bmm = op_row(result, "aten::bmm")
+    assert bmm["base_direct_kernel_ms"] is None and bmm["delta_direct_kernel_ms"] == pytest.approx(bmm["cand_direct_kernel_ms"])
+    # Sorted by |delta|: the added bmm (≈60 ms) before the removed relu (≈6 ms).
+    names = result.sections["ops"]["name"].to_list()
+    assert names.index("aten::bmm") < names.index("aten::relu")
+
+
+def test_candidate_with_fewer_steps_is_scaled_to_the_baseline_step_count():
+    base, cand = noisy_ops(8, steps=6, sd=0.001), noisy_ops(9, steps=3, sd=0.001)
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand))
+    row = op_row(result, "aten::mm")
+    mm = cand.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].sum()
+    assert row["cand_direct_kernel_ms"] == pytest.approx(mm * 2)
+    assert row["verdict"] == "unchanged"
+    assert row["cand_count"] == 24
+
+
+def test_per_rank_and_all_ranks_rows():
+    base, cand = noisy_ops(10, ranks=2), noisy_ops(11, ranks=2, slow={"aten::mm": 1.3})
+    result = diff.compare(side_from_steps("a", base), side_from_steps("b", cand))
+    timeline = result.sections["gpu_timeline"].filter(pl.col("category") == "busy")
+    assert sorted(timeline["rank"].to_list(), key=lambda r: -1 if r is None else r) == [None, 0, 1]
+    overall = timeline.filter(pl.col("rank").is_null()).row(0, named=True)
+    assert overall["base_time_ms"] == pytest.approx(base["direct_kernel_ms"].sum())
+    assert set(timeline["verdict"]) == {"slower"}
+    assert op_row(result, "aten::mm")["base_count"] == 2 * 6 * 4
+
+
+def test_regression_gate_needs_both_the_percentage_and_noise():
+    result = diff.compare(side_from_steps("a", noisy_ops(12)), side_from_steps("b", noisy_ops(13, slow={"aten::mm": 1.5})))
+    percent = result.headline()["percent_delta"]
+    assert 20 < percent < 40  # mm is 10 of 18 ms per step
+    assert result.regressed(percent - 5) and not result.regressed(percent + 5)
+    assert result.regressed(10, "op:aten::mm") and not result.regressed(10, "op:aten::add")
+    assert result.regressed(10, "busy") and not result.regressed(1, "idle")
+    with pytest.raises(LookupError):
+        result.regressed(10, "op:aten::nothing")
+
+
+def test_kernel_names_that_do_not_match_are_noted():
+    def with_kernels(side: diff.Side, prefix: str) -> diff.Side:
+        ops = side.results["op_summary"]
+        kernels = ops.select("rank", kernel_name=prefix + pl.col("name"), category="category",
+                             count="count", total_us=pl.col("direct_kernel_ms") * 1000)
+        return diff.Side(side.label, {**side.results, "kernel_summary": kernels}, side.per_step, side.step_counts)
+
+    a, b = side_from_steps("a", noisy_ops(14)), side_from_steps("b", noisy_ops(15))
+    result = diff.compare(with_kernels(a, "sm90_"), with_kernels(b, "Cijk_"))
+    assert any("kernel names mostly differ" in n for n in result.notes)
+    assert set(result.sections["kernels"]["verdict"]) == {"added", "removed"}
+    assert set(result.sections["ops"]["verdict"]) == {"unchanged"}
+    same = diff.compare(with_kernels(a, "sm90_"), with_kernels(b, "sm90_"))
+    assert not same.notes
+
+
+def test_runs_without_any_result_still_compare():
+    result = diff.compare(diff.Side("a", {}), diff.Side("b", {}))
+    assert all(frame.height == 0 for frame in result.sections.values())
+    with pytest.raises(LookupError):
+        result.headline()
+    assert result.workbook_frames()["summary"]["verdict"].to_list() == [None]
+    console = Console(record=True, width=120)
+    diff.print_summary(result, console)
+    assert "step time: not in both runs" in console.export_text()
+
+
+def test_cli_rejects_an_unknown_metric_with_exit_code_2(tmp_path):
+    out = CliRunner().invoke(main, ["diff", str(tmp_path), str(tmp_path), "--fail-on-regression", "5",
+                                    "--metric", "bogus"])
+    assert out.exit_code == 2 and "bogus" in out.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real traces
+
+ORACLE = "oracles/tracelens_compare_h100_vs_mi300_qwen"
+WORKERS = "diff_pairs/resnet50_v100_workers0_vs_workers4"
+
+
+@pytest.fixture(scope="module")
+def cross_vendor():
+    h100 = tracekit.load(shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz"))
+    mi300 = tracekit.load(shared_trace("amd/mi300x_qwen1.5-0.5b.json.gz"))
+    return diff.compare(h100, mi300, labels=("h100", "mi300"))
+
+
+def test_cross_vendor_op_kernel_times_agree_with_tracelens_compare(cross_vendor):
+    oracle = pl.read_csv(shared_trace(ORACLE) / "ops_summary.csv")
+    ops = cross_vendor.sections["ops"]
+    joined = oracle.join(ops, on="name", how="left")
+    assert joined.height == oracle.height >= 20
+    for ours, theirs in (("base_direct_kernel_ms", "h100::total_direct_kernel_time_ms"),
+                         ("cand_direct_kernel_ms", "mi300::total_direct_kernel_time_ms")):
+        # TraceLens leaves an op out of a side where it launched nothing: ours is then 0 or absent.
+        pairs = joined.select(ours=pl.col(ours).fill_null(0), theirs=pl.col(theirs).fill_null(0))
+        assert pairs["ours"].to_numpy() == pytest.approx(pairs["theirs"].to_numpy(), rel=1e-3, abs=1e-5), ours
+    both = joined.filter(pl.col("h100::total_direct_kernel_time_ms").is_not_null())
+    assert both["delta_direct_kernel_ms"].to_numpy() == pytest.approx(
+        both["total_direct_kernel_time_ms__mi300_diff"].to_numpy(), rel=1e-3, abs=1e-5)
+
+
+def test_cross_vendor_gpu_timeline_agrees_with_tracelens_compare(cross_vendor):
+    oracle = pl.read_csv(shared_trace(ORACLE) / "gpu_timeline.csv")
+    timeline = cross_vendor.sections["gpu_timeline"].filter(pl.col("rank").is_null())
+    for category, kind in (("busy", "busy_time"), ("idle", "idle_time"), ("computation", "computation_time"),
+                           ("total", "total_time")):
+        ours = timeline.filter(pl.col("category") == category).row(0, named=True)
+        theirs = oracle.filter(pl.col("type") == kind).row(0, named=True)
+        assert ours["base_time_ms"] == pytest.approx(theirs["h100::time ms"], rel=1e-3)
+        assert ours["cand_time_ms"] == pytest.approx(theirs["mi300::time ms"], rel=1e-3)
+
+
+def test_cross_vendor_compares_at_op_and_category_level(cross_vendor):
+    assert any("kernel names mostly differ" in n for n in cross_vendor.notes)
+    categories = dict(cross_vendor.sections["categories"].select("category", "verdict").iter_rows())
+    # Same model, same ops: every category exists on both sides (no added/removed), so the comparison is usable.
+    assert {"GEMM", "elementwise", "attention"} <= categories.keys()
+    assert not {"added", "removed"} & {categories[c] for c in ("GEMM", "elementwise", "attention")}
+
+
+@pytest.fixture(scope="module")
+def workers_pair():
+    pair = shared_trace(WORKERS)
+    return pair / "workers0.pt.trace.json.gz", pair / "workers4.pt.trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def workers_diff(workers_pair):
+    return diff.compare(*(tracekit.load(p) for p in workers_pair), labels=("workers0", "workers4"))
+
+
+def test_dataloader_workers_show_as_the_top_change(workers_diff):
+    top = workers_diff.top_changes(5)
+    # With 4 workers the main process no longer runs the single-process DataLoader iterator.
+    assert top["item"][0] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    assert top["verdict"][0] == "removed"
+    ops = dict(workers_diff.sections["ops"].select("name", "verdict").iter_rows())
+    assert ops["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"] == "added"
+    assert workers_diff.headline()["verdict"] == "faster"
+    idle = workers_diff.sections["gpu_timeline"].filter(pl.col("rank").is_null() & (pl.col("category") == "idle"))
+    assert idle["verdict"][0] == "faster"
+
+
+def test_fail_on_regression_exits_1_on_the_slower_run(workers_pair):
+    workers0, workers4 = map(str, workers_pair)
+    slower = CliRunner().invoke(main, ["diff", workers4, workers0, "--fail-on-regression", "5"])
+    assert slower.exit_code == 1, slower.output
+    assert "regression: step_time" in slower.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Synthetic runs: two captures of one job, and the same job with one kernel slowed down
+
+SLOWED_KERNEL = "cunn_SoftMaxForward"
+SYNTH_JOB = dict(ranks=2, steps=6, seed=3)
+
+
+@pytest.fixture(scope="module")
+def synth_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synth_runs")
+    for name, noise_seed, slow in (("base", 1, None), ("same", 2, None), ("slow", 2, {SLOWED_KERNEL: 1.5})):
+        synth.generate(root / name, noise=0.05, noise_seed=noise_seed, slow_kernels=slow, **SYNTH_JOB)
+    # Without noise, the ops whose direct kernel time the slow-down changes are exactly the kernel's launchers.
+    for name, slow in (("exact_base", None), ("exact_slow", {SLOWED_KERNEL: 1.5})):
+        synth.generate(root / name, slow_kernels=slow, **SYNTH_JOB)
+    return root
+
+
+def launchers_of_slowed_kernel(root) -> set[str]:
+    before, after = (synth.read_ground_truth(root / name)["ranks"][0]["ops"] for name in ("exact_base", "exact_slow"))
+    return {op for op, truth in before.items() if truth["direct_kernel_ns"] != after[op]["direct_kernel_ns"]}
+
+
+@pytest.fixture(scope="module")
+def slowed_diff(synth_runs):
+    return diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "slow"))
+
+
+def test_two_captures_of_one_job_give_almost_no_verdicts(synth_runs):
+    result = diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "same"))
+    judged = result.measures.filter(pl.col("decides") & pl.col("verdict").is_not_null())
+    called = judged.filter(pl.col("verdict").is_in(["slower", "faster"]))
+    assert judged.height > 100
+    assert called.height <= max(2, judged.height // 100), called.select("section", "item", "metric", "delta", "noise")
+    assert judged.filter(pl.col("verdict").is_in(["added", "removed"])).height == 0
+
+
+def test_a_slowed_kernel_and_its_launching_op_top_the_regressions(synth_runs, slowed_diff):
+    launchers = launchers_of_slowed_kernel(synth_runs)
+    assert len(launchers) == 1
+    kernel = slowed_diff.sections["kernels"].row(0, named=True)
+    assert SLOWED_KERNEL in kernel["kernel_name"] and kernel["verdict"] == "slower"
+    assert kernel["percent_delta_total_us"] == pytest.approx(50, abs=10)
+    op = slowed_diff.sections["ops"].row(0, named=True)
+    assert op["name"] in launchers and op["verdict"] == "slower"
+    top = slowed_diff.top_changes(2)
+    assert set(top["verdict"]) == {"slower"}
+    assert {r["item"] if r["section"] == "ops" else SLOWED_KERNEL * (SLOWED_KERNEL in r["item"])
+            for r in top.iter_rows(named=True)} == launchers | {SLOWED_KERNEL}
+
+
+def test_regression_gate_on_the_synthetic_slowdown(synth_runs, slowed_diff):
+    truth = [synth.read_ground_truth(synth_runs / name)["ranks"][0]["steps"] for name in ("base", "slow")]
+    median_step = [float(np.median([s["dur_ns"] for s in steps])) for steps in truth]
+    slowdown = 100 * (median_step[1] / median_step[0] - 1)  # about 5%: the softmax kernel is a small part of a step
+    assert slowed_diff.headline()["percent_delta"] == pytest.approx(slowdown, abs=0.5)
+    assert slowed_diff.regressed(slowdown - 2) and not slowed_diff.regressed(slowdown + 2)
+    assert slowed_diff.regressed(40, "op:aten::_softmax") and not slowed_diff.regressed(60, "op:aten::_softmax")
+
+
+def test_cli_passes_the_gate_on_a_second_capture(synth_runs):
+    out = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "same"),
+                                    "--fail-on-regression", "0"], env={"COLUMNS": "160"})
+    assert out.exit_code == 0, out.output
+    assert "no change beyond noise" in out.output and "unchanged" in out.output
+
+
+def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, tmp_path):
+    tracekit.write_dataset(tracekit.load(synth_runs / "base"), tmp_path / "base.tables")
+    result = diff.compare(tracekit.load(tmp_path / "base.tables"), tracekit.load(synth_runs / "base"))
+    assert result.measures.height > 500
+    assert result.measures.filter(pl.col("delta") != 0).height == 0
+    assert set(result.measures["verdict"].drop_nulls()) == {"unchanged"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The workbook (reports/diff.toml through the report framework's writer)
+
+def read_workbook(path) -> dict[str, list[tuple]]:
+    openpyxl = pytest.importorskip("openpyxl")
+    book = openpyxl.load_workbook(path)
+    return {ws.title: [tuple(r) for r in ws.iter_rows(values_only=True)] for ws in book.worksheets}, book
+
+
+def test_workbook_of_the_synthetic_slowdown(slowed_diff, tmp_path):
+    path = tmp_path / "diff.xlsx"
+    assert diff.write_workbook(slowed_diff, path) == []
+    sheets, book = read_workbook(path)
+    assert list(sheets)[:2] == ["Summary", "Step time"]
+    assert {"Ops", "Ops by shape", "Kernels", "Categories", "Collectives", "Critical path"} <= set(sheets)
+    assert "One side only" not in sheets  # both runs hold the same ops and kernels
+    summary = {row[0]: row[1] for row in sheets["Summary"] if row and row[0]}
+    head = slowed_diff.headline()
+    assert float(summary["Step time, candidate (ms)"]) == pytest.approx(head["cand"], rel=1e-9)
+    assert summary["Verdict"] == "slower"
+    assert len(book["Summary"]._charts) == 2  # top changes, GPU time baseline vs candidate
+    ops = sheets["Ops"]
+    assert ops[0][:3] == ("Op", "Category", "Verdict") and ops[1][0] == "aten::_softmax" and ops[1][2] == "slower"
+    with pytest.raises(tracekit.InputError):
+        diff.write_workbook(slowed_diff, path)
+    diff.write_workbook(slowed_diff, path, force=True)
+
+
+def test_workbook_lists_what_exists_on_one_side_only(tmp_path):
+    base = noisy_ops(6)
+    cand = pl.concat([noisy_ops(7).filter(pl.col("name") != "aten::relu"),
+                      noisy_ops(7).filter(pl.col("name") == "aten::mm").with_columns(name=pl.lit("aten::bmm"))])
+    result = diff.compare(side_from_steps("before", base), side_from_steps("after", cand))
+    diff.write_workbook(result, tmp_path / "diff.xlsx")
+    sheets, _ = read_workbook(tmp_path / "diff.xlsx")
+    rows = {(r[1], r[2]) for r in sheets["One side only"][1:]}
+    assert rows == {("aten::bmm", "after"), ("aten::relu", "before")}
+
+
+def test_cli_writes_the_workbook(synth_runs, tmp_path):
+    out = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "slow"),
+                                    "-o", str(tmp_path / "d.xlsx")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "d.xlsx").is_file() and "wrote" in out.output
+    again = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "slow"),
+                                      "-o", str(tmp_path / "d.xlsx")])
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
+    from tracekit import report
+
+    frames = diff.compare(diff.Side("a", {}), diff.Side("b", {})).workbook_frames()
+    formats = report.style().formats
+    spec = report.workbook_spec("diff")
+    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Kernels", "Categories",
+                                             "Collectives", "Critical path", "One side only"]
+    for sheet in spec.sheets:
+        for block in sheet.blocks:
+            assert block.query in frames, (sheet.name, block.query)
+            columns = frames[block.query].columns
+            for column in block.columns:
+                assert column.col in columns, (sheet.name, column.col)
+                assert column.format is None or column.format in formats, (sheet.name, column.format)
+            if block.chart:
+                assert {block.chart.categories, *block.chart.values} <= set(columns), sheet.name
