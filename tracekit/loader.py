@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +17,7 @@ from . import schema
 from .edges import build_edges
 from .errors import InputError
 from .et import attach_execution_traces
-from .ingest import FileTables, file_rank, parse_file, tables_from_file
+from .ingest import GZIP_MAGIC, FileTables, TraceParts, file_rank, rank_tables, read_trace
 from .tables import TraceTables
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -49,12 +52,15 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
-         progress: Progress | None = None, edges: bool = True) -> TraceTables:
+         progress: Progress | None = None, edges: bool = True, workers: int | None = None) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
     among the files are read and linked to them (tracekit.et).
 
     `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
-    dependency graph is built too; an ingested dataset already holds it.
+    dependency graph is built too; an ingested dataset already holds it. `workers` caps the processes that read
+    several files at once (default: one per CPU, used only when the files are large enough to pay for starting
+    them; 1 reads in this process). Like any multiprocessing code, a script using them needs the
+    `if __name__ == "__main__":` guard.
     """
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
@@ -77,27 +83,58 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
             progress(path, path.stat().st_size)
 
     execution_traces = []
-    for path in files:
-        parsed = parse_file(path)
-        if parsed.is_execution_trace:
-            execution_traces.append(parsed)
+    for path, trace in zip(files, read_traces(files, workers)):
+        if trace.is_execution_trace:
+            execution_traces.append(path)
             continue
-        r, source = file_rank(path, parsed, rank)
+        r, source = file_rank(path, trace, rank)
         if r is None:
-            unranked.append((path, parsed))
+            unranked.append((path, trace))
             continue
-        add(path, tables_from_file(path, r, source, parsed))
-        del parsed
+        add(path, rank_tables(trace, r, source))
+        del trace
     next_rank = 0
-    for path, parsed in unranked:
+    for path, trace in unranked:
         while next_rank in claimed:
             next_rank += 1
-        add(path, tables_from_file(path, next_rank, "file_order", parsed))
+        add(path, rank_tables(trace, next_rank, "file_order"))
     tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
                             for name in TraceTables.names()})
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
     tables = build_edges(tables) if edges else tables
     return attach_execution_traces(tables, execution_traces)
+
+
+PARALLEL_MIN_BYTES = 256 << 20  # JSON in all below which starting worker processes (imports) costs more than it saves
+
+
+def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:
+    """Each file read (ranks not applied yet), in order; in worker processes when several files are large enough."""
+    workers = min(len(files), workers or os.cpu_count() or 1)
+    if workers < 2 or sum(map(json_size, files)) < PARALLEL_MIN_BYTES:
+        return map(read_trace, files)
+    return _read_in_processes(files, workers)
+
+
+def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
+    # spawn, not fork: forking a process whose Polars/Arrow thread pools are running can deadlock the child
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield from pool.map(read_trace, files)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def json_size(path: Path) -> int:
+    """The file's JSON size: for gzip, the size its trailer records (modulo 4 GiB); else its size on disk."""
+    try:
+        with path.open("rb") as fh:
+            if fh.read(2) != GZIP_MAGIC or path.stat().st_size < 20:
+                return path.stat().st_size
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 0  # unreadable: reading it will say why
 
 
 def concat(name: str, tables: list[pa.Table]) -> pa.Table:
