@@ -212,9 +212,10 @@ def _lenient_entry(raw: msgspec.Raw) -> Entry | None:
     )
 
 
-def decode_args(raws: list[msgspec.Raw]) -> tuple[list[Args], list[tuple[int, str]]]:
-    """Typed args for each raw args text; returns (args, [(row, problem)]) for fields that did not fit."""
-    blob = b"[" + b",".join([r if r else b"null" for r in raws]) + b"]"
+def decode_args(raws: list[msgspec.Raw], all_present: bool = False) -> tuple[list[Args], list[tuple[int, str]]]:
+    """Typed args for each raw args text (empty: no args); returns (args, [(row, problem)]) for fields that did not
+    fit. `all_present` says no text is empty."""
+    blob = b"[" + b",".join(raws if all_present else [r or b"null" for r in raws]) + b"]"
     empty = Args()
     try:
         return [a or empty for a in _ARGS_LIST.decode(blob)], []
@@ -420,16 +421,20 @@ def _array_end(text: bytes, in_object: bool) -> tuple[int, dict[str, bytes]]:
 # --------------------------------------------------------------------------- columns
 
 
-def raw_text(values) -> pa.Array:
-    """JSON texts (msgspec.Raw, bytes or None) → a string array, built from one buffer (empty → null)."""
-    values = [b"" if v is None else v for v in values]
+def raw_text(values, nullable: bool = True) -> pa.Array:
+    """JSON texts (msgspec.Raw, bytes, or None where `nullable`) → a string array built from one buffer (empty → null)."""
+    if nullable:
+        if not any(values):
+            return pa.nulls(len(values), pa.string())
+        values = [v or b"" for v in values]
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    valid = np.packbits(lengths > 0, bitorder="little")
-    data = b"".join(values)
-    return pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(data),
-                                            pa.py_buffer(valid)).cast(pa.string())
+    valid = pa.py_buffer(np.packbits(lengths > 0, bitorder="little"))
+    data = pa.py_buffer(b"".join(values))
+    if offsets[-1] < 2**31:
+        return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets.astype(np.int32)), data, valid)
+    return pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets), data, valid).cast(pa.string())
 
 
 def id_text(values) -> pa.Array:
@@ -437,7 +442,45 @@ def id_text(values) -> pa.Array:
     try:
         return pa.array(values, type=pa.int64()).cast(pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return pa.array([None if v is None else v if isinstance(v, str) else str(v) for v in values], type=pa.string())
+        pass
+    text = {v: v if v.__class__ is str else None if v is None else str(v) for v in set(values)}  # few distinct ids
+    return pa.array(list(map(text.__getitem__, values)), type=pa.string())
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _scaled_digits(text: pl.Expr) -> pl.Expr:
+    """Microseconds text with at most 3 decimals → its digits without the dot, scaled to nanoseconds; null for any
+    other text, or where the result would not fit in int64."""
+    decimals = (text.str.len_bytes().cast(pl.Int64) - text.str.find(".", literal=True) - 1).fill_null(0)
+    digits = text.str.replace(".", "", literal=True).cast(pl.Int64, strict=False)
+    scale = pl.when(decimals <= 3).then(pl.lit(1000, pl.Int64) // pl.lit(10, pl.Int64).pow(decimals))
+    cap = pl.lit(INT64_MAX, pl.Int64) // scale
+    return pl.when((digits <= cap) & (digits >= -cap)).then(digits * scale)
+
+
+SCALED_DIGITS = _scaled_digits(pl.col("text"))  # built once: building Polars expressions costs more than running them
+
+
+def microseconds_to_ns(text: pa.Array) -> pa.Array:
+    """Decimal microseconds text → int64 nanoseconds, exactly.
+
+    All-integer columns (older traces) take one cast; numbers with at most 3 decimals (what profilers write) are
+    their digits without the dot, scaled; anything else (more decimals, exponents, not a number) goes through
+    exact_ns.
+    """
+    series = pl.from_arrow(text)
+    whole = series.cast(pl.Int64, strict=False)
+    if whole.null_count() == series.null_count() and -INT64_MAX // 1000 <= (whole.min() or 0) <= (whole.max() or 0) <= INT64_MAX // 1000:
+        return (whole * 1000).to_arrow()
+    frame = pl.DataFrame({"text": series})
+    ns = frame.select(SCALED_DIGITS).to_series()
+    other = ns.is_null() & series.is_not_null()
+    if other.any():
+        rows = other.arg_true()
+        ns = ns.scatter(rows, frame[rows].select(exact_ns(pl.col("text"))).to_series())
+    return ns.to_arrow()
 
 
 def exact_ns(text: pl.Expr) -> pl.Expr:
@@ -452,7 +495,8 @@ def exact_ns(text: pl.Expr) -> pl.Expr:
     frac = pl.when(frac.str.contains(r"^\d{4}$")).then(frac.cast(pl.Int64, strict=False))
     ns = whole * 1000 + (frac + 5) // 10
     ns = pl.when(negative).then(-ns).otherwise(ns)
-    return pl.coalesce(ns, (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False))
+    plain = pl.when(text.str.contains("[eE]").not_()).then(ns)
+    return pl.coalesce(plain, (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False))
 
 
 def kinds(categories: pa.Array) -> pa.Array:
@@ -476,6 +520,15 @@ def _gc_paused():
 
 
 # --------------------------------------------------------------------------- entries → rank-free tables
+
+METADATA_KEYS = {  # metadata entry name → (table, column, args key)
+    "thread_name": ("threads", "thread_name", "name"),
+    "thread_sort_index": ("threads", "sort_index", "sort_index"),
+    "process_name": ("processes", "process_name", "name"),
+    "process_labels": ("processes", "labels", "labels"),
+    "process_sort_index": ("processes", "sort_index", "sort_index"),
+}
+
 
 NOTES_SCHEMA = pa.schema([("group", pa.int8()), ("position", pa.int64()), ("pid", pa.string()), ("args_rank", pa.int64()),
                           ("reason", pa.string()), ("detail", pa.string()), ("dropped", pa.bool_()), ("raw", pa.string())])
@@ -514,10 +567,12 @@ def entry_tables(path: Path, text, first_id: int) -> EntryTables:
     n = len(entries)
     rows = entries if raws is None else [PLACEHOLDER if e is None else e for e in entries]
     cols = dict(zip(ENTRY_FIELDS, zip(*map(msgspec.structs.astuple, rows)))) if n else {f: () for f in ENTRY_FIELDS}
-    del rows
+    is_object = pa.array([e is not None for e in entries], type=pa.bool_()) if raws else pa.repeat(True, n)
+    del rows, entries
     ph = pa.array(cols["ph"], type=pa.string())
-    times = pl.from_arrow(pa.table({"ts": raw_text(cols["ts"]), "dur": raw_text(cols["dur"])})).select(
-        ts=exact_ns(pl.col("ts")), dur=exact_ns(pl.col("dur"))).to_arrow()
+    is_x = pc.fill_null(pc.equal(ph, "X"), False)
+    x_args = list(compress(cols["args"], is_x.to_numpy(zero_copy_only=False).tolist()))
+    flow_id, flow_id_text = _flow_ids(cols["id"])
     table = pa.table({
         "id": np.arange(first_id, first_id + n, dtype=np.int64),
         "ph": ph,
@@ -525,59 +580,75 @@ def entry_tables(path: Path, text, first_id: int) -> EntryTables:
         "name": pa.array(cols["name"], type=pa.string()),
         "pid": id_text(cols["pid"]),
         "tid": id_text(cols["tid"]),
-        "ts": times.column("ts"),
-        "dur": times.column("dur"),
-        "flow_id_text": id_text(cols["id"]),
+        "ts": microseconds_to_ns(raw_text(cols["ts"], nullable=False)),
+        "dur": microseconds_to_ns(raw_text(cols["dur"], nullable=False)),
+        "flow_id": flow_id,
+        "flow_id_text": flow_id_text,
         "binding_point": pa.array(cols["bp"], type=pa.string()),
         "scope": pa.array(cols["s"], type=pa.string()),
-        "args": raw_text(cols["args"]),
-        "is_object": pa.array([e is not None for e in entries], type=pa.bool_()) if raws else pa.repeat(True, n),
+        "args": raw_text(cols["args"], nullable=False),
+        "is_object": is_object,
     })
-    is_x = pc.fill_null(pc.equal(ph, "X"), False)
-    x_args = list(compress(cols["args"], is_x.to_numpy(zero_copy_only=False).tolist()))
-    del cols, entries
+    del cols
     events, arg_problems = _events(table.filter(is_x), x_args)
     del x_args
-
-    is_instant, is_flow = pc.is_in(ph, pa.array(INSTANT_PHASES)), pc.is_in(ph, pa.array(FLOW_PHASES))
+    is_instant, is_flow = pc.is_in(ph, INSTANT_PHASES), pc.is_in(ph, FLOW_PHASES)
     instants = table.select(["id", "cat", "name", "pid", "tid", "ts", "scope", "args"]).filter(is_instant)
-    flow_rows = table.select(["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "args", "flow_id_text"]
-                             ).filter(is_flow)
-    flow_id = pl.from_arrow(flow_rows.column("flow_id_text")).cast(pl.Int64, strict=False).to_arrow()
-    has_flow_id = pc.is_valid(flow_id)
-    flows = flow_rows.append_column("flow_id", flow_id).filter(has_flow_id).rename_columns(
-        {"ph": "phase"}).drop_columns(["flow_id_text"])
-    bad_flows = pl.from_arrow(flow_rows.select(["id", "pid", "flow_id_text"]).filter(pc.invert(has_flow_id)))
-    del flow_rows
-    others = pl.from_arrow(table.select(["id", "ph", "name", "pid", "tid", "args", "is_object"]).filter(
-        pc.invert(pc.or_(pc.or_(is_x, is_instant), is_flow))))
-    del table
+    flow_rows = table.select(["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "args", "flow_id",
+                              "flow_id_text"]).filter(is_flow)
+    has_flow_id = pc.is_valid(flow_rows.column("flow_id"))
+    flows = flow_rows.filter(has_flow_id).rename_columns({"ph": "phase"}).drop_columns(["flow_id_text"])
+    bad_flows = flow_rows.select(["id", "pid", "flow_id_text"]).filter(pc.invert(has_flow_id))
+    others = table.select(["id", "ph", "name", "pid", "tid", "args", "is_object"]).filter(
+        pc.invert(pc.or_(pc.or_(is_x, is_instant), is_flow)))  # metadata, unknown phases, not objects
+    del table, flow_rows
+    kept = pc.and_(pc.equal(others.column("ph"), "M"), pc.is_in(others.column("name"), METADATA_NAMES))
+    metadata = others.filter(pc.fill_null(kept, False)).select(METADATA_SCHEMA.names)
+    if bad_flows.num_rows or others.num_rows > metadata.num_rows:
+        dropped = _dropped(pl.from_arrow(bad_flows), pl.from_arrow(others))
+        raws = raws or [bytes(r) for r in _RAW_LIST.decode(text)]
+        dropped = dropped.with_columns(raw=pl.Series([raws[p - first_id].decode(errors="replace") for p in dropped["id"]],
+                                                     dtype=pl.String))
+    else:
+        dropped = None
+    return EntryTables(n, events, instants, flows, metadata, _notes(events, arg_problems, dropped))
+
+
+INSTANT_PHASES = pa.array(["i", "I"])
+FLOW_PHASES = pa.array(["s", "f", "t"])
+KNOWN_PHASES = ["X", "i", "I", "s", "f", "t", "M"]
+METADATA_NAMES = pa.array(list(METADATA_KEYS))
+
+
+def _flow_ids(values) -> tuple[pa.Array, pa.Array]:
+    """Entry `id`s → (flow id, the id as text for diagnostics); text ids hold integers in decimal, or are bad."""
+    try:
+        return pa.array(values, type=pa.int64()), pa.nulls(len(values), pa.string())  # text only matters when null
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        text = id_text(values)
+        return pl.from_arrow(text).cast(pl.Int64, strict=False).to_arrow(), text
+
+
+def _dropped(bad_flows: pl.DataFrame, others: pl.DataFrame) -> pl.DataFrame:
+    """Entries that become no row, with the reason: (id, pid, reason, detail), by id."""
     meta = others.filter(pl.col("ph") == "M")
-    kept_meta = meta.filter(pl.col("name").is_in(list(METADATA_KEYS)))
-    dropped = pl.concat([
+    return pl.concat([
         bad_flows.select(
             "id", "pid", reason=pl.lit("bad_flow_id"), detail=pl.format("flow entry with non-integer id {}", "flow_id_text")),
         others.filter(~pl.col("is_object")).select(
             "id", "pid", reason=pl.lit("not_an_object"), detail=pl.lit("traceEvents entry is not a JSON object")),
-        others.filter(pl.col("is_object") & ~pl.col("ph").is_in(["X", *INSTANT_PHASES, *FLOW_PHASES, "M"]).fill_null(False)).select(
+        others.filter(pl.col("is_object") & ~pl.col("ph").is_in(KNOWN_PHASES).fill_null(False)).select(
             "id", "pid", reason=pl.lit("unknown_phase"),
             detail=pl.format("phase {} is not one tracekit turns into rows", pl.col("ph").fill_null("(none)"))),
         meta.filter(~pl.col("name").is_in(list(METADATA_KEYS)).fill_null(False)).select(
             "id", "pid", reason=pl.lit("unknown_metadata"),
             detail=pl.format("metadata {} is not one tracekit keeps", pl.col("name").fill_null("(none)"))),
     ]).sort("id")
-    if dropped.height:
-        raws = raws or [bytes(r) for r in _RAW_LIST.decode(text)]
-        dropped = dropped.with_columns(raw=pl.Series([raws[p - first_id].decode(errors="replace") for p in dropped["id"]],
-                                                     dtype=pl.String))
-    return EntryTables(n, events, instants, flows,
-                       kept_meta.select("id", "name", "pid", "tid", "args").to_arrow().cast(METADATA_SCHEMA),
-                       _notes(events, arg_problems, dropped))
 
 
 def _events(x: pa.Table, x_args: list[msgspec.Raw]) -> tuple[pa.Table, list[tuple[int, str]]]:
     """The ph X rows with their typed args columns and kind."""
-    args, problems = decode_args(x_args)
+    args, problems = decode_args(x_args, all_present=x.column("args").null_count == 0)
     arg_cols = dict(zip(ARGS_FIELDS, zip(*map(msgspec.structs.astuple, args)))) if args else {f: () for f in ARGS_FIELDS}
     del args
     typed = {f: raw_text(arg_cols[f]) if f in RAW_ARGS_FIELDS else pa.array(arg_cols[f], type=ARG_TYPES[f])
@@ -586,33 +657,32 @@ def _events(x: pa.Table, x_args: list[msgspec.Raw]) -> tuple[pa.Table, list[tupl
     typed["input_dims"] = pc.coalesce(typed.pop("input_dims"), typed.pop("input_dims_legacy"))
     typed["args_rank"] = typed.pop("rank")
     typed["kind"] = kinds(x.column("cat").combine_chunks())
-    events = x.drop_columns(["ph", "flow_id_text", "binding_point", "scope", "is_object"])
+    events = x.drop_columns(["ph", "flow_id", "flow_id_text", "binding_point", "scope", "is_object"])
     for name, column in typed.items():
         events = events.append_column(name, column)
     return events, problems
 
 
-def _notes(events: pa.Table, arg_problems: list[tuple[int, str]], dropped: pl.DataFrame) -> pa.Table:
+def _notes(events: pa.Table, arg_problems: list[tuple[int, str]], dropped: pl.DataFrame | None) -> pa.Table:
     """Diagnostics of these entries, ranks still to come."""
-    rows = [int(r) for r, _ in arg_problems]
-    arg_notes = pl.DataFrame({
-        "group": pl.Series([ARGS_TYPE] * len(rows), dtype=pl.Int8),
-        "position": pl.from_arrow(events.column("id").take(rows)) if rows else pl.Series([], dtype=pl.Int64),
-        "pid": pl.from_arrow(events.column("pid").take(rows)) if rows else pl.Series([], dtype=pl.String),
-        "args_rank": pl.from_arrow(events.column("args_rank").take(rows)) if rows else pl.Series([], dtype=pl.Int64),
-        "reason": pl.Series(["args_type"] * len(rows), dtype=pl.String),
-        "detail": pl.Series([f"an args field has an unexpected type and was left null: {p}" for _, p in arg_problems],
-                            dtype=pl.String),
-    })
+    if not arg_problems and not events.column("ts").null_count and dropped is None:
+        return NOTES_SCHEMA.empty_table()
+    rows = [r for r, _ in arg_problems]
+    arg_notes = pl.from_arrow(events.select(["id", "pid", "args_rank"]).take(rows)).select(
+        group=pl.lit(ARGS_TYPE, dtype=pl.Int8), position="id", pid="pid", args_rank="args_rank",
+        reason=pl.lit("args_type"),
+        detail=pl.Series([f"an args field has an unexpected type and was left null: {p}" for _, p in arg_problems],
+                         dtype=pl.String))
     no_ts = pl.from_arrow(events.select(["id", "pid", "args_rank"]).filter(pc.is_null(events.column("ts"))))
     ts_notes = no_ts.select(group=pl.lit(BAD_TIMESTAMP, dtype=pl.Int8), position="id", pid="pid", args_rank="args_rank",
                             reason=pl.lit("bad_timestamp"),
                             detail=pl.lit("ts is missing or not a number; the event is kept with a null ts"))
-    dropped_notes = dropped.select(group=pl.lit(DROPPED, dtype=pl.Int8), position="id", pid="pid",
-                                   args_rank=pl.lit(None, dtype=pl.Int64), reason="reason", detail="detail",
-                                   dropped=pl.lit(True), raw="raw" if "raw" in dropped.columns else pl.lit(None, pl.String))
-    notes = pl.concat([arg_notes, ts_notes], how="diagonal").with_columns(dropped=pl.lit(False), raw=pl.lit(None, pl.String))
-    return pl.concat([notes.select(dropped_notes.columns), dropped_notes]).to_arrow().cast(NOTES_SCHEMA)
+    notes = pl.concat([arg_notes, ts_notes]).with_columns(dropped=pl.lit(False), raw=pl.lit(None, pl.String))
+    if dropped is not None:
+        notes = pl.concat([notes, dropped.select(
+            group=pl.lit(DROPPED, dtype=pl.Int8), position="id", pid="pid", args_rank=pl.lit(None, dtype=pl.Int64),
+            reason="reason", detail="detail", dropped=pl.lit(True), raw="raw")])
+    return notes.to_arrow().cast(NOTES_SCHEMA)
 
 
 # --------------------------------------------------------------------------- one file
@@ -741,15 +811,6 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
         "ranks": _ranks_table(parts, source, rank_source, entries.entry_count, events),
     }
     return FileTables(tables, entries.entry_count)
-
-
-METADATA_KEYS = {  # metadata entry name → (table, column, args key)
-    "thread_name": ("threads", "thread_name", "name"),
-    "thread_sort_index": ("threads", "sort_index", "sort_index"),
-    "process_name": ("processes", "process_name", "name"),
-    "process_labels": ("processes", "labels", "labels"),
-    "process_sort_index": ("processes", "sort_index", "sort_index"),
-}
 
 
 def _metadata_tables(meta: pa.Table) -> tuple[pa.Table, pa.Table]:
