@@ -57,10 +57,9 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
     among the files are read and linked to them (tracekit.et).
 
     `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
-    dependency graph is built too; an ingested dataset already holds it. `workers` caps the processes that read
-    several files at once (default: one per CPU, used only when the files are large enough to pay for starting
-    them; 1 reads in this process). Like any multiprocessing code, a script using them needs the
-    `if __name__ == "__main__":` guard.
+    dependency graph is built too; an ingested dataset already holds it. `workers` processes read several files at
+    once (default: one per CPU when the files hold enough JSON to pay for starting them, else none; 1: none). Like
+    any multiprocessing code, a script that uses them needs the `if __name__ == "__main__":` guard.
     """
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
@@ -109,11 +108,12 @@ PARALLEL_MIN_BYTES = 256 << 20  # JSON in all below which starting worker proces
 
 
 def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:
-    """Each file read (ranks not applied yet), in order; in worker processes when several files are large enough."""
-    workers = min(len(files), workers or os.cpu_count() or 1)
-    if workers < 2 or sum(map(json_size, files)) < PARALLEL_MIN_BYTES:
-        return map(read_trace, files)
-    return _read_in_processes(files, workers)
+    """Each file read (ranks not applied yet), in order: in `workers` processes, or by default in one per CPU when
+    the files are large enough to pay for starting them."""
+    if workers is None and len(files) > 1:
+        workers = (os.cpu_count() or 1) if sum(map(json_size, files)) >= PARALLEL_MIN_BYTES else 1
+    workers = min(len(files), workers or 1)
+    return map(read_trace, files) if workers < 2 else _read_in_processes(files, workers)
 
 
 def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
