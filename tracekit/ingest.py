@@ -95,9 +95,9 @@ class Args(msgspec.Struct, gc=False):
 
 
 ARGS_FIELDS = Args.__struct_fields__
-ARG_TYPES = {f.name: pa.string() if str in get_args(f.type) else pa.list_(pa.int64()) if f.name in ("grid", "block")
-             else pa.int64() for f in msgspec.structs.fields(Args)}
-RAW_ARGS_FIELDS = {"input_dims", "input_dims_legacy", "input_type", "input_strides", "concrete_inputs", "process_group_ranks"}
+RAW_ARGS_FIELDS = {f.name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}  # kept as JSON text
+ARG_TYPES = {f.name: pa.string() if f.name in RAW_ARGS_FIELDS or str in get_args(f.type)
+             else pa.list_(pa.int64()) if f.name in ("grid", "block") else pa.int64() for f in msgspec.structs.fields(Args)}
 _ENTRIES = msgspec.json.Decoder(list[Entry])
 _ARGS_LIST = msgspec.json.Decoder(list[Args | None], strict=False)
 _ARGS_ONE = msgspec.json.Decoder(Args | None, strict=False)
@@ -672,12 +672,25 @@ def _events(columns: dict[str, pa.Array], x_args: tuple[msgspec.Raw, ...]) -> tu
     args, problems = decode_args(x_args, all_present=columns["args"].null_count == 0)
     arg_cols = dict(zip(ARGS_FIELDS, zip(*map(msgspec.structs.astuple, args)))) if args else {f: () for f in ARGS_FIELDS}
     del args
-    typed = {f: raw_text(arg_cols[f]) if f in RAW_ARGS_FIELDS else pa.array(arg_cols[f], type=ARG_TYPES[f])
+    n = len(x_args)
+    zeros = pa.py_buffer(bytes(8 * (n + 1)))  # calloc'd: costs no memory until read
+    typed = {f: null_array(ARG_TYPES[f], n, zeros) if not any(arg_cols[f]) and arg_cols[f].count(None) == n
+             else raw_text(arg_cols[f]) if f in RAW_ARGS_FIELDS else pa.array(arg_cols[f], type=ARG_TYPES[f])
              for f in ARGS_FIELDS}
     typed["external_id"] = pc.coalesce(typed.pop("external_id"), typed.pop("external_id_legacy"))
     typed["input_dims"] = pc.coalesce(typed.pop("input_dims"), typed.pop("input_dims_legacy"))
     typed["args_rank"] = typed.pop("rank")
     return pa.table({**columns, **typed, "kind": kinds(columns["cat"])}), problems
+
+
+def null_array(type_: pa.DataType, n: int, zeros: pa.Buffer) -> pa.Array:
+    """n nulls of a primitive, string or list type, every buffer a view of one shared zero-filled buffer: the many
+    args columns a chunk never fills cost nothing each."""
+    if pa.types.is_list(type_):
+        return pa.Array.from_buffers(type_, n, [zeros, zeros], null_count=n, children=[pa.array([], type_.value_type)])
+    if pa.types.is_string(type_):
+        return pa.Array.from_buffers(type_, n, [zeros, zeros, zeros.slice(0, 0)], null_count=n)
+    return pa.Array.from_buffers(type_, n, [zeros, zeros], null_count=n)
 
 
 def _notes(events: pa.Table, arg_problems: list[tuple[int, str]], dropped: pl.DataFrame | None) -> pa.Table:
