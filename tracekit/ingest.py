@@ -264,10 +264,16 @@ GZIP_MAGIC = b"\x1f\x8b"
 JSON_SPACE = b" \t\r\n"
 LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
 TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
-# What follows an entry's closing brace where a chunk may end: a comma, then an object whose first key is an entry
-# field (so that objects in arrays inside args are rarely taken for entries; a wrong cut fails to decode anyway).
-ENTRY_SEPARATOR = re.compile(rb'[ \t\r\n]*,(?=[ \t\r\n]*\{[ \t\r\n]*"(?:ph|cat|name|pid|tid|ts|dur|id|bp|s|args)")')
-ENTRY_END = re.compile(rb"\}" + ENTRY_SEPARATOR.pattern)
+
+
+def _entry_end(first_keys: bytes) -> re.Pattern:
+    space = rb"[ \t\r\n]*"
+    return re.compile(rb"\}" + space + rb",(?=" + space + rb"\{" + space + rb'"(?:' + first_keys + rb')")')
+
+
+# Where a chunk may end: an entry's closing brace, a comma, then an object that starts with "ph" (as profilers write
+# entries; objects inside args rarely do), else with any entry field. A wrong cut fails to decode.
+ENTRY_ENDS = (_entry_end(b"ph"), _entry_end(b"ph|cat|name|pid|tid|ts|dur|id|bp|s|args"))
 
 
 class NotStreamable(Exception):
@@ -349,16 +355,29 @@ def _cut(text: bytes, limit: int, chunk_bytes: int) -> Generator[bytes, None, in
     """Chunks of whole entries from text[:limit] while at least `chunk_bytes` are left; returns where the rest begins."""
     begin = 0
     while limit - begin >= chunk_bytes:
-        cut = _last_entry_boundary(text, begin, begin + chunk_bytes)
-        if cut is None:  # an entry longer than a chunk: end after it
-            found = ENTRY_END.search(text, begin + chunk_bytes, limit)
-            if found is None:  # and it goes on past what is here: read on
-                break
-            cut = found.start() + 1, found.end()
-        end, next_begin = cut
-        yield b"".join((b"[", memoryview(text)[begin:end], b"]"))
-        begin = next_begin
+        found = (_last_match(ENTRY_ENDS[0], text, begin, begin + chunk_bytes)
+                 or _last_match(ENTRY_ENDS[1], text, begin, begin + chunk_bytes)
+                 or ENTRY_ENDS[1].search(text, begin + chunk_bytes, limit))  # an entry longer than a chunk
+        if found is None:  # and it goes on past what is here: read on
+            break
+        yield b"".join((b"[", memoryview(text)[begin:found.start() + 1], b"]"))
+        begin = found.end()
     return begin
+
+
+def _last_match(pattern: re.Pattern, text: bytes, begin: int, end: int) -> re.Match | None:
+    """The last match of `pattern` starting in text[begin:end], looked for in growing windows from the end."""
+    span = 1 << 16
+    while True:
+        start = max(begin, end - span)
+        last = None
+        for match in pattern.finditer(text, start, end + 256):  # room for the separator after a brace just before end
+            if match.start() >= end:
+                break
+            last = match
+        if last or start == begin:
+            return last
+        span <<= 4
 
 
 def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, bool]:
@@ -385,15 +404,6 @@ def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, boo
         if len(text) > HEADER_LIMIT:  # not a Kineto header (an Execution Trace, say)
             break
     raise NotStreamable
-
-
-def _last_entry_boundary(text: bytes, begin: int, end: int) -> tuple[int, int] | None:
-    """In text[begin:end], (just after the last '}' that a comma and a '{' follow, just after that comma), or None."""
-    while (end := text.rfind(b"}", begin, end)) >= 0:
-        separator = ENTRY_SEPARATOR.match(text, end + 1)
-        if separator:
-            return end + 1, separator.end()
-    return None
 
 
 def _array_end(text: bytes, in_object: bool) -> tuple[int, dict[str, bytes]]:
