@@ -165,6 +165,9 @@ def test_microseconds_to_ns_is_exact_against_decimal_arithmetic():
     got = ingest.microseconds_to_ns(pa.array(texts, pa.string())).to_pylist()
     assert got == [exact_ns_oracle(t) for t in texts]
     assert ingest.microseconds_to_ns(pa.array(['"12"', "null", "true", "[1]", None], pa.string())).null_count == 5
+    mixed = ["10", None, "1.5", '"bad"', "-1.00051", "7", None]  # integers, decimals, and the rare forms together
+    assert ingest.microseconds_to_ns(pa.array(mixed, pa.string())).to_pylist() == [
+        None if t is None or t.startswith('"') else exact_ns_oracle(t) for t in mixed]
 
 
 def test_worker_processes_give_the_same_tables():
