@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -17,7 +16,7 @@ from . import schema
 from .edges import build_edges
 from .errors import InputError
 from .et import attach_execution_traces
-from .ingest import GZIP_MAGIC, FileTables, TraceParts, file_rank, rank_tables, read_trace
+from .ingest import FileTables, TraceParts, file_rank, rank_tables, read_trace
 from .tables import TraceTables
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -57,9 +56,9 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
     among the files are read and linked to them (tracekit.et).
 
     `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
-    dependency graph is built too; an ingested dataset already holds it. `workers` processes read several files at
-    once (default: one per CPU when the files hold enough JSON to pay for starting them, else none; 1: none). Like
-    any multiprocessing code, a script that uses them needs the `if __name__ == "__main__":` guard.
+    dependency graph is built too; an ingested dataset already holds it. With `workers` > 1, that many processes
+    read several files at once (like any multiprocessing code, a script using them needs the
+    `if __name__ == "__main__":` guard).
     """
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
@@ -104,16 +103,15 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
     return attach_execution_traces(tables, execution_traces)
 
 
-PARALLEL_MIN_BYTES = 256 << 20  # JSON in all below which starting worker processes (imports) costs more than it saves
-
-
 def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:
-    """Each file read (ranks not applied yet), in order: in `workers` processes, or by default in one per CPU when
-    the files are large enough to pay for starting them."""
-    if workers is None and len(files) > 1:
-        workers = (os.cpu_count() or 1) if sum(map(json_size, files)) >= PARALLEL_MIN_BYTES else 1
-    workers = min(len(files), workers or 1)
-    return map(read_trace, files) if workers < 2 else _read_in_processes(files, workers)
+    """Each file read (ranks not applied yet), in order: in this process, or in `workers` processes.
+
+    Not the default: on a 2-core machine, starting workers and pickling their tables back cost more than the
+    parallelism saved, even for 4 files of 100 MB (bench/RESULTS.md).
+    """
+    if workers and workers > 1 and len(files) > 1:
+        return _read_in_processes(files, min(workers, len(files)))
+    return map(read_trace, files)
 
 
 def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
@@ -123,18 +121,6 @@ def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
         yield from pool.map(read_trace, files)
     finally:
         pool.shutdown(cancel_futures=True)
-
-
-def json_size(path: Path) -> int:
-    """The file's JSON size: for gzip, the size its trailer records (modulo 4 GiB); else its size on disk."""
-    try:
-        with path.open("rb") as fh:
-            if fh.read(2) != GZIP_MAGIC or path.stat().st_size < 20:
-                return path.stat().st_size
-            fh.seek(-4, os.SEEK_END)
-            return int.from_bytes(fh.read(4), "little")
-    except OSError:
-        return 0  # unreadable: reading it will say why
 
 
 def concat(name: str, tables: list[pa.Table]) -> pa.Table:
