@@ -1,14 +1,15 @@
 """Ingest benchmark: wall time and peak memory of `tracekit.load` (files → Arrow tables) against `orjson.loads`.
 
-Every measurement runs in a fresh Python process, so peak RSS (ru_maxrss, read inside that process) belongs to
-that one configuration; medians over --repeat runs. Per case it prints: JSON size, traceEvents entries, orjson.loads
-of the decompressed bytes (median s), ingest (median s, gunzip included), their ratio, entries per second, peak RSS,
-peak RSS minus the RSS after importing tracekit/polars/pyarrow/duckdb (what ingest itself costs), and that delta
-over the JSON size.
+Every measurement runs in a fresh Python process, so its peak RSS (VmHWM, read inside that process) belongs to
+that one configuration; medians over --repeat runs, orjson and ingest runs interleaved. Per case it prints: JSON
+size, traceEvents entries, orjson.loads of the decompressed bytes (median s), ingest (median s, gunzip included),
+their ratio for the first call in a process and for a second one (warm), entries per second, peak RSS, peak RSS
+minus the RSS after importing tracekit/polars/pyarrow/duckdb (what ingest itself costs), that delta over the JSON
+size, and orjson's delta.
 
 Cases: the files or directories given, or by default the largest shared traces, the 8 DLRM ranks (read in this
-process, and in 2 worker processes), a synthetic ~400 MB trace, and 4 synthetic ~100 MB rank files (1 and 2
-workers). Synthetic traces are real traces' events repeated with shifted timestamps and flow ids, written under
+process, and in 2 worker processes), a synthetic ~400 MB trace, and 4 synthetic ~100 MB rank files (1 process and
+2 workers). Synthetic traces are a real trace's events repeated with shifted timestamps and flow ids, written under
 --scratch (never into the repository).
 
     python bench/bench_ingest.py                       # default cases, 3 runs each
@@ -21,10 +22,10 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,33 +41,69 @@ SYNTHETIC_SOURCE = "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.tr
 # --------------------------------------------------------------------------- one measurement (child process)
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+def status_mb(field: str, pid: str = "self") -> float:
+    """VmHWM (peak RSS) or VmRSS from /proc, in MB. Not ru_maxrss: Linux carries that over fork + exec, so a child
+    of a large parent would report the parent's size."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def tree_peak_sampler() -> tuple[threading.Event, list[float]]:
+    """Sample the RSS of this process plus its children every 10 ms, for worker processes' memory."""
+    stop, peak = threading.Event(), [0.0]
+
+    def sample():
+        while not stop.wait(0.01):
+            total = status_mb("VmRSS")
+            for task in Path("/proc/self/task").iterdir():
+                for child in (task / "children").read_text().split():
+                    try:
+                        total += status_mb("VmRSS", child)
+                    except OSError:
+                        pass
+            peak[0] = max(peak[0], total)
+
+    threading.Thread(target=sample, daemon=True).start()
+    return stop, peak
 
 
 def child(mode: str, paths: list[str], workers: int | None) -> dict:
     if mode == "orjson":
         import orjson
+        baseline = status_mb("VmRSS")  # before reading: orjson's peak holds the decompressed bytes too
         data = [read_json_bytes(Path(p)) for p in paths]
-        baseline = peak_rss_mb()
         start = time.perf_counter()
         docs = [orjson.loads(d) for d in data]
         seconds = time.perf_counter() - start
+        peak = status_mb("VmHWM")
         entries = sum(len(d if isinstance(d, list) else d["traceEvents"]) for d in docs)
-        return dict(seconds=seconds, entries=entries, baseline_mb=baseline, peak_mb=peak_rss_mb())
+        del docs
+        start = time.perf_counter()
+        docs = [orjson.loads(d) for d in data]
+        return dict(seconds=seconds, warm_seconds=time.perf_counter() - start, entries=entries, baseline_mb=baseline,
+                    peak_mb=peak, tree_peak_mb=0.0)
     import duckdb  # noqa: F401  (the import baseline includes every library a session loads)
     import polars  # noqa: F401
     import pyarrow  # noqa: F401
 
     import tracekit
-    baseline = peak_rss_mb()
+    baseline = status_mb("VmRSS")
+    stop, tree_peak = tree_peak_sampler() if workers else (None, [0.0])
     start = time.perf_counter()
     tables = tracekit.load(paths, edges=False, workers=workers)
     seconds = time.perf_counter() - start
+    peak = status_mb("VmHWM")
+    if stop:
+        stop.set()
     entries = sum(tables.ranks.column("trace_entries").to_pylist())
-    rows = sum(t.num_rows for _, t in tables.items())
-    return dict(seconds=seconds, entries=entries, rows=rows, baseline_mb=baseline, peak_mb=peak_rss_mb(),
-                children_peak_mb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    del tables
+    start = time.perf_counter()
+    tracekit.load(paths, edges=False, workers=workers)
+    return dict(seconds=seconds, warm_seconds=time.perf_counter() - start, entries=entries, baseline_mb=baseline,
+                peak_mb=peak, tree_peak_mb=tree_peak[0])
 
 
 def read_json_bytes(path: Path) -> bytes:
@@ -176,17 +213,19 @@ def run_case(name: str, paths: list[Path], workers: int | None, repeat: int) -> 
         raise SystemExit(f"{name}: ingest saw {entries} entries, orjson {orjson_runs[0]['entries']}")
     return dict(case=name, json_mb=json_mb, entries=entries, orjson_s=orjson_s, ingest_s=ingest_s,
                 ratio=med(i["seconds"] / o["seconds"] for i, o in zip(ingest_runs, orjson_runs)),
+                warm_ratio=med(i["warm_seconds"] / o["warm_seconds"] for i, o in zip(ingest_runs, orjson_runs)),
                 events_per_s=entries / ingest_s, peak_mb=peak, delta_mb=delta, delta_per_json=delta / json_mb,
                 orjson_delta_mb=med(r["peak_mb"] - r["baseline_mb"] for r in orjson_runs),
                 baseline_mb=med(r["baseline_mb"] for r in ingest_runs),
-                children_peak_mb=max(r["children_peak_mb"] for r in ingest_runs))
+                tree_peak_mb=med(r["tree_peak_mb"] for r in ingest_runs))
 
 
 COLUMNS = [("case", "{:<32}"), ("json_mb", "{:>8.1f}"), ("entries", "{:>9,}"), ("orjson_s", "{:>8.3f}"),
-           ("ingest_s", "{:>8.3f}"), ("ratio", "{:>6.2f}"), ("events_per_s", "{:>10,.0f}"), ("peak_mb", "{:>8.0f}"),
+           ("ingest_s", "{:>8.3f}"), ("ratio", "{:>6.2f}"), ("warm_ratio", "{:>6.2f}"), ("events_per_s", "{:>10,.0f}"),
+           ("peak_mb", "{:>8.0f}"),
            ("delta_mb", "{:>8.0f}"), ("delta_per_json", "{:>7.2f}"), ("orjson_delta_mb", "{:>9.0f}")]
 HEADERS = {"case": "case", "json_mb": "JSON MB", "entries": "entries", "orjson_s": "orjson s", "ingest_s": "ingest s",
-           "ratio": "ratio", "events_per_s": "events/s", "peak_mb": "peak MB", "delta_mb": "Δ MB",
+           "ratio": "ratio", "warm_ratio": "warm ratio", "events_per_s": "events/s", "peak_mb": "peak MB", "delta_mb": "Δ MB",
            "delta_per_json": "Δ/JSON", "orjson_delta_mb": "orjson Δ"}
 
 
@@ -214,13 +253,15 @@ def main() -> None:
     for name, paths, workers in cases:
         rows.append(run_case(name, paths, workers, args.repeat))
         print(f"measured {name}", file=sys.stderr)
-    print(f"{args.repeat} fresh-process runs per measurement; medians. ratio = ingest / orjson.loads (same run pairs); "
-          f"Δ = peak RSS − RSS after imports (~{statistics.median(r['baseline_mb'] for r in rows):.0f} MB); "
-          "orjson Δ = the same for orjson.loads of the decompressed bytes")
+    print(f"{args.repeat} fresh-process runs per measurement; medians. ratio = ingest / orjson.loads, first call in "
+          "each process (same run pairs); warm ratio = the same for a second call in that process; "
+          f"Δ = peak RSS (VmHWM) − RSS after imports (~{statistics.median(r['baseline_mb'] for r in rows):.0f} MB); "
+          "orjson Δ = the same for gunzip + orjson.loads (timed: orjson.loads alone)")
     print_table(rows)
-    parallel = [r for r in rows if r["children_peak_mb"]]
-    for r in parallel:
-        print(f"{r['case']}: largest worker process peak RSS {r['children_peak_mb']:.0f} MB (not in peak MB above)")
+    for r in rows:
+        if r["tree_peak_mb"]:
+            print(f"{r['case']}: peak RSS of the process and its workers together (10 ms samples) "
+                  f"{r['tree_peak_mb']:.0f} MB")
 
 
 if __name__ == "__main__":
