@@ -577,15 +577,17 @@ class EntryTables:
 
 ENTRY_FIELDS = Entry.__struct_fields__
 PLACEHOLDER = Entry()
-FLOW_PHASES = ("s", "f", "t")
-INSTANT_PHASES = ("i", "I")
+INSTANT_PHASES = pa.array(["i", "I"])
+FLOW_PHASES = pa.array(["s", "f", "t"])
+KNOWN_PHASES = ["X", "i", "I", "s", "f", "t", "M"]
+METADATA_NAMES = pa.array(list(METADATA_KEYS))
 
 
 def entry_tables(path: Path, text, first_id: int) -> EntryTables:
     """A JSON array of consecutive entries (the first at position `first_id`) → rank-free tables.
 
-    Columns are transposed in C (astuple + zip) and converted to Arrow once for the whole chunk; each table takes
-    its rows from them (a chunk is small, so the whole-chunk arrays cost little memory).
+    Columns are transposed in C (astuple + zip) and converted to Arrow once for the whole chunk, and each table
+    takes its rows from them; only args, the bulk of the bytes, go straight into each table's own buffer.
     """
     entries, raws = decode_entries(path, text)
     n = len(entries)
@@ -616,18 +618,16 @@ def entry_tables(path: Path, text, first_id: int) -> EntryTables:
         "is_object": is_object,
     })
 
-    def with_args(columns: list[str], rows: np.ndarray) -> pa.Table:
-        """The table's rows; args, the bulk of the bytes, straight into its own buffer (not taken from a chunk's)."""
-        return table.select(columns).take(rows).append_column("args", raw_text(pick(cols["args"], rows), nullable=False))
+    def rows_of(columns: list[str], rows: np.ndarray, args: tuple) -> pa.Table:
+        return table.select(columns).take(rows).append_column("args", raw_text(args, nullable=False))
 
     x_args = pick(cols["args"], x_rows)
-    events, arg_problems = _events(table.select(["id", "cat", "name", "pid", "tid", "ts", "dur"]).take(x_rows).append_column(
-        "args", raw_text(x_args, nullable=False)), x_args)
+    events, arg_problems = _events(rows_of(["id", "cat", "name", "pid", "tid", "ts", "dur"], x_rows, x_args), x_args)
     del x_args
-    instants = with_args(["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows)
-    flow_table = with_args(["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id", "flow_id_text"],
-                           flow_rows)
-    others = with_args(["id", "ph", "name", "pid", "tid", "is_object"], other_rows)
+    instants = rows_of(["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows, pick(cols["args"], instant_rows))
+    flow_table = rows_of(["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id", "flow_id_text"],
+                         flow_rows, pick(cols["args"], flow_rows))
+    others = rows_of(["id", "ph", "name", "pid", "tid", "is_object"], other_rows, pick(cols["args"], other_rows))
     del table, cols
     has_flow_id = pc.is_valid(flow_table.column("flow_id"))
     flows = flow_table.drop_columns(["flow_id_text"]).rename_columns({"ph": "phase"})
@@ -646,16 +646,10 @@ def entry_tables(path: Path, text, first_id: int) -> EntryTables:
 
 
 def pick(values: tuple | list, rows: np.ndarray) -> tuple:
-    """values[r] for each row, picked in C."""
+    """values[r] for each row, picked in C (itemgetter)."""
     if len(rows) > 1:
         return itemgetter(*rows.tolist())(values)
     return tuple(values[r] for r in rows.tolist())
-
-
-INSTANT_PHASES = pa.array(["i", "I"])
-FLOW_PHASES = pa.array(["s", "f", "t"])
-KNOWN_PHASES = ["X", "i", "I", "s", "f", "t", "M"]
-METADATA_NAMES = pa.array(list(METADATA_KEYS))
 
 
 def _flow_ids(values) -> tuple[pa.Array, pa.Array]:
@@ -698,9 +692,7 @@ def _events(x: pa.Table, x_args: tuple[msgspec.Raw, ...]) -> tuple[pa.Table, lis
     typed["input_dims"] = pc.coalesce(typed.pop("input_dims"), typed.pop("input_dims_legacy"))
     typed["args_rank"] = typed.pop("rank")
     typed["kind"] = kinds(x.column("cat").combine_chunks())
-    for name, column in typed.items():
-        x = x.append_column(name, column)
-    return x, problems
+    return pa.table({**dict(zip(x.column_names, x.columns)), **typed}), problems
 
 
 def null_array(type_: pa.DataType, n: int, zeros: pa.Buffer) -> pa.Array:
