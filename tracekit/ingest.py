@@ -1,18 +1,31 @@
 """Kineto trace files → Arrow tables.
 
-Speed comes from msgspec: entries decode into typed Structs with `args`, `ts`
-and `dur` kept as raw JSON text, so the arguments stay byte-exact and
-timestamps are parsed from their decimal text without float rounding.
-Every entry of `traceEvents` ends up as a row of some table or as a
-diagnostic with `dropped = true` (the nothing-lost invariant).
+A file is read as a stream: gunzipped block by block and cut into chunks of whole `traceEvents` entries, so the
+decompressed text is never held at once and each chunk's Python objects are gone before the next chunk is read
+(peak memory ≈ the output tables plus one chunk). A cut is trusted only because the chunk then decodes as one JSON
+array: a cut anywhere but between two entries makes it invalid JSON. Anything unusual sends the file down the
+whole-file path instead, which also words every error.
+
+Speed comes from msgspec: entries decode into typed Structs with `args`, `ts` and `dur` kept as raw JSON text, so
+the arguments stay byte-exact and timestamps are parsed from their decimal text without float rounding; columns
+are transposed in C and stay in Arrow.
+
+Reading a file needs no other file; ranks are applied afterwards (`rank_tables`), so files can be read in worker
+processes. Every entry of `traceEvents` ends up as a row of some table or as a diagnostic with `dropped = true`
+(the nothing-lost invariant).
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import re
 import zlib
+from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import get_args
 
@@ -20,6 +33,7 @@ import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import schema
 from .errors import InputError
@@ -27,7 +41,7 @@ from .errors import InputError
 # --------------------------------------------------------------------------- decoding
 
 
-class Entry(msgspec.Struct):
+class Entry(msgspec.Struct, gc=False):  # gc=False: holds only atoms, so it is never part of a reference cycle
     """One `traceEvents` entry, decoded only as far as tables need."""
 
     ph: str | None = None
@@ -47,7 +61,7 @@ def _f(json_name: str):
     return msgspec.field(name=json_name, default=None)
 
 
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, gc=False):
     """The `args` keys that become typed columns of `events` (legacy spellings included)."""
 
     device: int | None = None
@@ -81,13 +95,14 @@ class Args(msgspec.Struct):
 
 
 ARGS_FIELDS = Args.__struct_fields__
-ARG_TYPES = {f.name: pa.string() if str in get_args(f.type) else pa.list_(pa.int64()) if f.name in ("grid", "block")
-             else pa.int64() for f in msgspec.structs.fields(Args)}
-RAW_ARGS_FIELDS = {"input_dims", "input_dims_legacy", "input_type", "input_strides", "concrete_inputs", "process_group_ranks"}
+RAW_ARGS_FIELDS = {f.name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}  # kept as JSON text
+ARG_TYPES = {f.name: pa.string() if f.name in RAW_ARGS_FIELDS or str in get_args(f.type)
+             else pa.list_(pa.int64()) if f.name in ("grid", "block") else pa.int64() for f in msgspec.structs.fields(Args)}
 _ENTRIES = msgspec.json.Decoder(list[Entry])
 _ARGS_LIST = msgspec.json.Decoder(list[Args | None], strict=False)
 _ARGS_ONE = msgspec.json.Decoder(Args | None, strict=False)
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_RAW_VALUE = msgspec.json.Decoder(msgspec.Raw)  # checks that a text is exactly one JSON value, building nothing
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 
@@ -119,7 +134,7 @@ def read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: is a directory") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
@@ -155,26 +170,28 @@ def parse_file(path: Path) -> ParsedFile:
     return ParsedFile(path, {k: v for k, v in top.items() if k != "traceEvents"}, top["traceEvents"])
 
 
-def decode_entries(parsed: ParsedFile) -> tuple[list[Entry | None], list[bytes] | None]:
-    """Decode every entry; an entry that is not an object becomes None (its raw text is returned)."""
+def decode_entries(path: Path, entries: bytes | memoryview | msgspec.Raw) -> tuple[list[Entry | None], list[bytes] | None]:
+    """Decode every entry of a JSON array; an entry that is not an object becomes None (its raw text is returned)."""
     try:
-        return _ENTRIES.decode(parsed.entries), None
+        return _ENTRIES.decode(entries), None
     except msgspec.ValidationError:
         pass
     except msgspec.DecodeError as exc:
-        raise InputError(f"{parsed.path}: not valid JSON ({exc})") from None
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
     try:
-        raws = _RAW_LIST.decode(parsed.entries)
+        raws = _RAW_LIST.decode(entries)
     except msgspec.ValidationError:
-        raise InputError(f"{parsed.path}: traceEvents is not a list") from None
+        raise InputError(f"{path}: traceEvents is not a list") from None
+    except msgspec.DecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
     one = msgspec.json.Decoder(Entry)
-    entries: list[Entry | None] = []
+    decoded: list[Entry | None] = []
     for raw in raws:
         try:
-            entries.append(one.decode(raw))
+            decoded.append(one.decode(raw))
         except msgspec.ValidationError:
-            entries.append(_lenient_entry(raw))
-    return entries, [bytes(r) for r in raws]
+            decoded.append(_lenient_entry(raw))
+    return decoded, [bytes(r) for r in raws]
 
 
 def _lenient_entry(raw: msgspec.Raw) -> Entry | None:
@@ -196,9 +213,10 @@ def _lenient_entry(raw: msgspec.Raw) -> Entry | None:
     )
 
 
-def decode_args(raws: list[msgspec.Raw]) -> tuple[list[Args], list[tuple[int, str]]]:
-    """Typed args for each raw args text; returns (args, [(row, problem)]) for fields that did not fit."""
-    blob = b"[" + b",".join(bytes(r) if len(r) else b"null" for r in raws) + b"]"
+def decode_args(raws: Sequence[msgspec.Raw], all_present: bool = False) -> tuple[list[Args], list[tuple[int, str]]]:
+    """Typed args for each raw args text (empty: no args); returns (args, [(row, problem)]) for fields that did not
+    fit. `all_present` says no text is empty."""
+    blob = b"[" + b",".join(raws if all_present else [r or b"null" for r in raws]) + b"]"
     empty = Args()
     try:
         return [a or empty for a in _ARGS_LIST.decode(blob)], []
@@ -236,19 +254,207 @@ def _lenient_args(raw: msgspec.Raw) -> Args:
     return Args(**fields)
 
 
+# --------------------------------------------------------------------------- streaming
+
+CHUNK_BYTES = 2 << 20  # decompressed JSON decoded per step: bounds the working set (2 MiB measured fastest)
+READ_BYTES = 1 << 20  # compressed bytes read per step
+MIN_BLOCK_BYTES = 64 << 10  # decompressed bytes per step, when chunks are smaller (tests)
+HEADER_LIMIT = 64 << 20  # top-level keys before traceEvents are small: past this, stop looking
+GZIP_MAGIC = b"\x1f\x8b"
+JSON_SPACE = b" \t\r\n"
+LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
+TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
+
+
+def _entry_end(first_keys: bytes) -> re.Pattern:
+    space = rb"[ \t\r\n]*"
+    return re.compile(rb"\}" + space + rb",(?=" + space + rb"\{" + space + rb'"(?:' + first_keys + rb')")')
+
+
+# Where a chunk may end: an entry's closing brace, a comma, then an object that starts with "ph" (as profilers write
+# entries; objects inside args rarely do), else with any entry field. A wrong cut fails to decode.
+ENTRY_ENDS = (_entry_end(b"ph"), _entry_end(b"ph|cat|name|pid|tid|ts|dur|id|bp|s|args"))
+
+
+class NotStreamable(Exception):
+    """The streaming reader met something unusual; the whole-file path reads (or rejects) the file instead."""
+
+
+def decompressed_blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
+    """The file's bytes in blocks of at most `block_bytes`, gunzipped when it is gzip (by magic number)."""
+    try:
+        fh = path.open("rb")
+    except OSError:
+        raise NotStreamable from None
+    with fh:
+        first = fh.read(READ_BYTES)
+        if first[:2] != GZIP_MAGIC:
+            while first:
+                yield first
+                first = fh.read(block_bytes)
+            return
+        yield from _gunzip(fh, first, block_bytes)
+
+
+def read_ahead(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """The same blocks, the next one read in a thread meanwhile: gunzip releases the GIL, so it overlaps decoding."""
+    with ThreadPoolExecutor(1) as reader:
+        block = reader.submit(next, blocks, None)
+        while (ready := block.result()) is not None:
+            block = reader.submit(next, blocks, None)
+            yield ready
+
+
+def _gunzip(fh, data: bytes, block_bytes: int) -> Iterator[bytes]:
+    inflater = zlib.decompressobj(wbits=31)
+    while True:
+        if inflater.eof:  # end of a gzip member: another one may follow
+            data = inflater.unused_data or fh.read(READ_BYTES)
+            if not data:
+                return
+            inflater = zlib.decompressobj(wbits=31)
+        elif not data:
+            data = fh.read(READ_BYTES)
+            if not data:
+                rest = inflater.flush()
+                if rest:
+                    yield rest
+                if not inflater.eof:
+                    raise NotStreamable  # truncated
+                return
+        try:
+            block = inflater.decompress(data, block_bytes)
+        except zlib.error:
+            raise NotStreamable from None
+        if block:
+            yield block
+        data = inflater.unconsumed_tail
+
+
+def trace_event_chunks(blocks: Iterator[bytes], chunk_bytes: int) -> Generator[bytes, None, dict[str, bytes]]:
+    """Cut a trace's text into JSON arrays of consecutive `traceEvents` entries of about `chunk_bytes` each;
+    returns the other top-level keys."""
+    top, text, in_object = _split_header(blocks)
+    pieces, size = [text], len(text)
+    for block in blocks:
+        pieces.append(block)
+        size += len(block)
+        if size >= chunk_bytes:
+            text = b"".join(pieces)
+            begin = yield from _cut(text, len(text), chunk_bytes)
+            pieces, size = [text[begin:]], len(text) - begin
+    text = b"".join(pieces)
+    del pieces
+    close, trailer = _array_end(text, in_object)
+    begin = yield from _cut(text, close, chunk_bytes)
+    yield b"".join((b"[", memoryview(text)[begin:close + 1]))
+    return {**top, **trailer}
+
+
+def _cut(text: bytes, limit: int, chunk_bytes: int) -> Generator[bytes, None, int]:
+    """Chunks of whole entries from text[:limit] while at least `chunk_bytes` are left; returns where the rest begins."""
+    begin = 0
+    while limit - begin >= chunk_bytes:
+        found = (_last_match(ENTRY_ENDS[0], text, begin, begin + chunk_bytes)
+                 or _last_match(ENTRY_ENDS[1], text, begin, begin + chunk_bytes)
+                 or ENTRY_ENDS[1].search(text, begin + chunk_bytes, limit))  # an entry longer than a chunk
+        if found is None:  # and it goes on past what is here: read on
+            break
+        yield b"".join((b"[", memoryview(text)[begin:found.start() + 1], b"]"))
+        begin = found.end()
+    return begin
+
+
+def _last_match(pattern: re.Pattern, text: bytes, begin: int, end: int) -> re.Match | None:
+    """The last match of `pattern` starting in text[begin:end], looked for in growing windows from the end."""
+    span = 1 << 16
+    while True:
+        start = max(begin, end - span)
+        last = None
+        for match in pattern.finditer(text, start, end + 256):  # room for the separator after a brace just before end
+            if match.start() >= end:
+                break
+            last = match
+        if last or start == begin:
+            return last
+        span <<= 4
+
+
+def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, bool]:
+    """Read up to the '[' that opens the entries: (top-level keys before it, the text after it, top is an object)."""
+    text = b""
+    for block in blocks:
+        text += block
+        start = LEADING_SPACE.match(text).end()
+        first = text[start:start + 1]
+        if first == b"[":
+            return {}, text[start + 1:], False
+        if first not in (b"{", b""):
+            raise NotStreamable
+        for match in TRACE_EVENTS_KEY.finditer(text):
+            if match.end() == len(text):  # the value has not arrived yet
+                break
+            try:  # a top-level key only if the text before it is the start of an object
+                head = _TOP.decode(text[:match.start()] + b'"traceEvents":null}')
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if text[match.end():match.end() + 1] != b"[":
+                raise NotStreamable
+            return {k: bytes(v) for k, v in head.items() if k != "traceEvents"}, text[match.end() + 1:], True
+        if len(text) > HEADER_LIMIT:  # not a Kineto header (an Execution Trace, say)
+            break
+    raise NotStreamable
+
+
+def _array_end(text: bytes, in_object: bool) -> tuple[int, dict[str, bytes]]:
+    """In the last text, where the entries' array closes, and the top-level keys after it.
+
+    Looked for from the right, as keys after the array (TraceLens files put deviceProperties there) may hold ']'
+    too. Unlike the other cuts, this one is checked here: a wrong one could still decode.
+    """
+    close = len(text)
+    while (close := text.rfind(b"]", 0, close)) >= 0:
+        after = text[close + 1:].strip(JSON_SPACE)
+        if not in_object:
+            if after:
+                raise NotStreamable
+            trailer = {}
+        elif after == b"}":
+            trailer = {}
+        elif after[:1] == b",":
+            try:
+                trailer = _TOP.decode(b"{" + after[1:])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if not trailer or "traceEvents" in trailer:
+                raise NotStreamable  # a trailing comma, or a second traceEvents
+        else:
+            continue
+        try:
+            _RAW_VALUE.decode(b"".join((b"[", memoryview(text)[:close + 1])))
+        except msgspec.DecodeError:
+            continue
+        return close, {k: bytes(v) for k, v in trailer.items()}
+    raise NotStreamable
+
+
 # --------------------------------------------------------------------------- columns
 
 
-def raw_text(values) -> pa.Array:
-    """JSON texts (msgspec.Raw, bytes or None) → a string array, built from one buffer (empty → null)."""
-    values = [b"" if v is None else v for v in values]
+def raw_text(values, nullable: bool = True) -> pa.Array:
+    """JSON texts (msgspec.Raw, bytes, or None where `nullable`) → a string array built from one buffer (empty → null)."""
+    if nullable:
+        if not any(values):
+            return pa.nulls(len(values), pa.string())
+        values = [v or b"" for v in values]
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    valid = np.packbits(lengths > 0, bitorder="little")
-    data = b"".join(values)
-    return pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(data),
-                                            pa.py_buffer(valid)).cast(pa.string())
+    valid = pa.py_buffer(np.packbits(lengths > 0, bitorder="little"))
+    data = pa.py_buffer(b"".join(values))
+    if offsets[-1] < 2**31:
+        return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets.astype(np.int32)), data, valid)
+    return pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets), data, valid).cast(pa.string())
 
 
 def id_text(values) -> pa.Array:
@@ -256,7 +462,45 @@ def id_text(values) -> pa.Array:
     try:
         return pa.array(values, type=pa.int64()).cast(pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        return pa.array([None if v is None else v if isinstance(v, str) else str(v) for v in values], type=pa.string())
+        pass
+    text = {v: v if v.__class__ is str else None if v is None else str(v) for v in set(values)}  # few distinct ids
+    return pa.array(list(map(text.__getitem__, values)), type=pa.string())
+
+
+INT64_MAX = 2**63 - 1
+NS_PER_UNIT = np.array([1000, 100, 10, 1], np.int64)  # by count of decimals
+LARGEST_DIGITS = np.array([INT64_MAX // 10 ** (3 - d) for d in range(4)], np.int64)  # that still scale into int64
+
+
+def microseconds_to_ns(text: pa.Array) -> pa.Array:
+    """Decimal microseconds text → int64 nanoseconds, exactly.
+
+    Numbers with at most 3 decimals (what profilers write) are their digits without the dot, scaled: the dots are
+    dropped from the text buffer in numpy and the rest is one integer cast. Anything else (more decimals,
+    exponents, not a number) goes through exact_ns.
+    """
+    text = pa.concat_arrays([text.cast(pa.string())]) if text.offset or text.type != pa.string() else text
+    n = len(text)
+    validity, offsets, data = text.buffers()
+    offsets = np.frombuffer(offsets, np.int32, n + 1)
+    data = np.frombuffer(data, np.uint8, offsets[-1]) if data is not None else np.zeros(0, np.uint8)
+    dots = np.flatnonzero(data == ord("."))
+    rows = np.searchsorted(offsets, dots, side="right") - 1
+    decimals = np.zeros(n, np.int64)
+    decimals[rows] = offsets[rows + 1] - dots - 1
+    undotted = pa.StringArray.from_buffers(n, pa.py_buffer((offsets - np.searchsorted(dots, offsets)).astype(np.int32)),
+                                           pa.py_buffer(np.delete(data, dots)), validity, text.null_count)
+    digits = pl.from_arrow(undotted).cast(pl.Int64, strict=False)
+    values = digits.fill_null(0).to_numpy()
+    unit = np.minimum(decimals, 3)
+    largest = LARGEST_DIGITS[unit]
+    fits = digits.is_not_null().to_numpy() & (decimals <= 3) & (values <= largest) & (values >= -largest)
+    ns = pa.array(values * NS_PER_UNIT[unit], mask=~fits)
+    other = ~fits & text.is_valid().to_numpy(zero_copy_only=False)
+    if not other.any():
+        return ns
+    exact = pl.DataFrame({"text": pl.from_arrow(text.filter(other))}).select(exact_ns(pl.col("text"))).to_series()
+    return pc.replace_with_mask(ns, pa.array(other), exact.to_arrow().cast(pa.int64()))
 
 
 def exact_ns(text: pl.Expr) -> pl.Expr:
@@ -271,149 +515,31 @@ def exact_ns(text: pl.Expr) -> pl.Expr:
     frac = pl.when(frac.str.contains(r"^\d{4}$")).then(frac.cast(pl.Int64, strict=False))
     ns = whole * 1000 + (frac + 5) // 10
     ns = pl.when(negative).then(-ns).otherwise(ns)
-    return pl.coalesce(ns, (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False))
+    plain = pl.when(text.str.contains("[eE]").not_()).then(ns)
+    return pl.coalesce(plain, (text.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False))
 
 
-# --------------------------------------------------------------------------- one file → tables
+def kinds(categories: pa.Array) -> pa.Array:
+    """Category → normalised kind, looked up once per distinct category."""
+    encoded = pc.dictionary_encode(categories)
+    names = [CATEGORY_KINDS.get(c.lower(), "other") for c in encoded.dictionary.to_pylist()]
+    return pc.fill_null(pa.array(names, pa.string()).take(encoded.indices), "other")
 
 
-@dataclass(frozen=True)
-class FileTables:
-    """What one file contributes (one or several ranks)."""
-
-    tables: dict[str, pa.Table]
-    entry_count: int
-
-
-def _top_json(parsed: ParsedFile, key: str) -> str | None:
-    raw = parsed.top.get(key)
-    return bytes(raw).decode() if raw is not None else None
-
-
-def _top_value(parsed: ParsedFile, key: str):
-    raw = parsed.top.get(key)
-    if raw is None:
-        return None
+@contextmanager
+def _gc_paused():
+    """The cycle collector off while chunks churn out millions of short-lived acyclic objects (it would scan them
+    over and over, a third of the time); restored afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        return _ANY.decode(raw)
-    except msgspec.DecodeError:
-        return None
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
-def file_rank(path: Path, parsed: ParsedFile, rank_option: int | None) -> tuple[int | None, str]:
-    """The rank of a whole file (per-event `args.rank` may still override it in merged files)."""
-    if rank_option is not None:
-        return rank_option, "option"
-    info = _top_value(parsed, "distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"], "distributedInfo"
-    match = RANK_FILE_PATTERN.search(path.name)
-    if match:
-        return int(match.group(1)), "file_name"
-    return None, "file_order"
-
-
-ENTRY_FIELDS = Entry.__struct_fields__
-PLACEHOLDER = Entry()
-
-
-def entry_columns(entries: list[Entry | None], base_ns: int) -> pl.DataFrame:
-    """Every entry as one row, transposed in C (astuple + zip); text kept for ts, dur, id and args."""
-    rows = [PLACEHOLDER if e is None else e for e in entries]
-    cols = dict(zip(ENTRY_FIELDS, zip(*map(msgspec.structs.astuple, rows)))) if rows else {f: () for f in ENTRY_FIELDS}
-    table = pa.table({
-        "id": pa.array(np.arange(len(rows), dtype=np.int64)),
-        "ph": pa.array(cols["ph"], type=pa.string()),
-        "cat": pa.array(cols["cat"], type=pa.string()),
-        "name": pa.array(cols["name"], type=pa.string()),
-        "pid": id_text(cols["pid"]),
-        "tid": id_text(cols["tid"]),
-        "ts_text": raw_text(cols["ts"]),
-        "dur_text": raw_text(cols["dur"]),
-        "flow_id_text": id_text(cols["id"]),
-        "binding_point": pa.array(cols["bp"], type=pa.string()),
-        "scope": pa.array(cols["s"], type=pa.string()),
-        "args": raw_text(cols["args"]),
-        "is_object": pa.array([e is not None for e in entries], type=pa.bool_()),
-    })
-    return pl.from_arrow(table).with_columns(
-        ts=exact_ns(pl.col("ts_text")) + base_ns,
-        dur=exact_ns(pl.col("dur_text")),
-        flow_id=pl.col("flow_id_text").cast(pl.Int64, strict=False),
-    )
-
-
-def tables_from_file(path: Path, rank: int, rank_source: str, parsed: ParsedFile | None = None) -> FileTables:
-    parsed = parsed or parse_file(path)
-    entries, raws = decode_entries(parsed)
-    n = len(entries)
-    source = str(path)
-    base_ns = _top_value(parsed, "baseTimeNanoseconds")
-    base_ns = base_ns if isinstance(base_ns, int) else 0
-    rows = entry_columns(entries, base_ns)
-    ph = pl.col("ph")
-
-    # Events (ph X), with typed args
-    x = rows.filter(ph == "X")
-    x_positions = x["id"].to_list()
-    args, arg_problems = decode_args([entries[p].args for p in x_positions])
-    arg_cols = dict(zip(ARGS_FIELDS, zip(*map(msgspec.structs.astuple, args)))) if args else {f: () for f in ARGS_FIELDS}
-    typed = pa.table({f: (raw_text(arg_cols[f]) if f in RAW_ARGS_FIELDS else pa.array(arg_cols[f], type=ARG_TYPES[f]))
-                      for f in ARGS_FIELDS})
-    x = pl.concat([x, pl.from_arrow(typed)], how="horizontal")
-
-    # Rank of each row: args.rank (files merged by TraceFuse), else the rank of its pid, else the file's rank.
-    pid_rank = x.filter(pl.col("rank").is_not_null()).unique("pid", keep="first", maintain_order=True)
-    pid_rank = dict(zip(pid_rank["pid"].to_list(), pid_rank["rank"].to_list()))
-    rank_of_pid = (pl.col("pid").replace_strict(pid_rank, default=rank, return_dtype=pl.Int32) if pid_rank
-                   else pl.lit(rank, dtype=pl.Int32))
-    rows = rows.with_columns(rank=rank_of_pid)
-    x = x.with_columns(rank=pl.col("rank").cast(pl.Int32).fill_null(rank_of_pid))
-
-    events = x.with_columns(
-        kind=pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KINDS, default="other", return_dtype=pl.String),
-        external_id=pl.coalesce("external_id", "external_id_legacy"),
-        input_dims=pl.coalesce("input_dims", "input_dims_legacy"),
-    )
-    instants = rows.filter(ph.is_in(["i", "I"]))
-    flow_rows = rows.filter(ph.is_in(["s", "f", "t"]))
-    flows = flow_rows.filter(pl.col("flow_id").is_not_null()).rename({"ph": "phase"})
-    threads, processes, meta_dropped = _metadata_tables(rows.filter(ph == "M"))
-
-    diag = [dict(rank=r, position=p, reason="args_type", dropped=False,
-                 detail=f"an args field has an unexpected type and was left null: {problem}")
-            for (row, problem), r in ((rp, events["rank"][rp[0]]) for rp in arg_problems)
-            for p in [x_positions[row]]]
-    diag += [dict(rank=r, position=p, reason="bad_timestamp", dropped=False,
-                  detail="ts is missing or not a number; the event is kept with a null ts")
-             for r, p in events.filter(pl.col("ts").is_null()).select("rank", "id").iter_rows()]
-    dropped = pl.concat([
-        flow_rows.filter(pl.col("flow_id").is_null()).select(
-            "rank", "id", reason=pl.lit("bad_flow_id"), detail=pl.format("flow entry with non-integer id {}", "flow_id_text")),
-        rows.filter(~pl.col("is_object")).select(
-            "rank", "id", reason=pl.lit("not_an_object"), detail=pl.lit("traceEvents entry is not a JSON object")),
-        rows.filter(pl.col("is_object") & ~ph.is_in(["X", "i", "I", "s", "f", "t", "M"]).fill_null(False)).select(
-            "rank", "id", reason=pl.lit("unknown_phase"),
-            detail=pl.format("phase {} is not one tracekit turns into rows", pl.col("ph").fill_null("(none)"))),
-        meta_dropped,
-    ]).sort("id")
-    if dropped.height:
-        raws = raws or [bytes(r) for r in _RAW_LIST.decode(parsed.entries)]
-        diag += [dict(rank=r, position=p, reason=reason, detail=detail, dropped=True, raw=raws[p].decode(errors="replace"))
-                 for r, p, reason, detail in dropped.iter_rows()]
-
-    events_t = schema.conform("events", events.to_arrow())
-    tables = {
-        "events": events_t,
-        "instants": schema.conform("instants", instants.to_arrow()),
-        "flows": schema.conform("flows", flows.to_arrow()),
-        "threads": threads,
-        "processes": processes,
-        "diagnostics": _diagnostics_table([dict(source_file=source, stage="ingest", **d) for d in diag]),
-        "ranks": _ranks_table(parsed, source, rank_source, n, events_t),
-    }
-    return FileTables(tables, n)
-
+# --------------------------------------------------------------------------- entries → rank-free tables
 
 METADATA_KEYS = {  # metadata entry name → (table, column, args key)
     "thread_name": ("threads", "thread_name", "name"),
@@ -424,43 +550,338 @@ METADATA_KEYS = {  # metadata entry name → (table, column, args key)
 }
 
 
-def _metadata_tables(meta: pl.DataFrame) -> tuple[pa.Table, pa.Table, pl.DataFrame]:
-    """`ph: M` rows → threads and processes (one row per thread / process), plus the rows neither takes."""
-    known = meta.filter(pl.col("name").is_in(list(METADATA_KEYS)))
-    values = [None if a is None else _ANY.decode(a) for a in known["args"].to_list()]
+NOTES_SCHEMA = pa.schema([("group", pa.int8()), ("position", pa.int64()), ("pid", pa.string()), ("args_rank", pa.int64()),
+                          ("reason", pa.string()), ("detail", pa.string()), ("dropped", pa.bool_()), ("raw", pa.string())])
+METADATA_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("pid", pa.string()), ("tid", pa.string()),
+                             ("args", pa.string())])
+# Notes are ordered by group, then position: arg type problems, bad timestamps, dropped entries.
+ARGS_TYPE, BAD_TIMESTAMP, DROPPED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class EntryTables:
+    """What a run of consecutive entries gives, before ranks are known (a rank can depend on the whole file)."""
+
+    entry_count: int
+    events: pa.Table  # `events` columns but rank, plus args_rank (`args.rank`); ts without baseTimeNanoseconds
+    instants: pa.Table  # `instants` columns but rank
+    flows: pa.Table  # `flows` columns but rank
+    metadata: pa.Table  # ph M entries whose name tracekit keeps (METADATA_SCHEMA)
+    notes: pa.Table  # diagnostics to be (NOTES_SCHEMA)
+
+    @staticmethod
+    def concat(parts: list[EntryTables]) -> EntryTables:
+        return EntryTables(sum(p.entry_count for p in parts), *(
+            pa.concat_tables([getattr(p, name) for p in parts]) for name in ("events", "instants", "flows", "metadata", "notes")))
+
+
+ENTRY_FIELDS = Entry.__struct_fields__
+PLACEHOLDER = Entry()
+INSTANT_PHASES = pa.array(["i", "I"])
+FLOW_PHASES = pa.array(["s", "f", "t"])
+KNOWN_PHASES = ["X", "i", "I", "s", "f", "t", "M"]
+METADATA_NAMES = pa.array(list(METADATA_KEYS))
+
+
+def entry_tables(path: Path, text, first_id: int) -> EntryTables:
+    """A JSON array of consecutive entries (the first at position `first_id`) → rank-free tables.
+
+    Columns are transposed in C (astuple + zip) and converted to Arrow once for the whole chunk, and each table
+    takes its rows from them; only args, the bulk of the bytes, go straight into each table's own buffer.
+    """
+    entries, raws = decode_entries(path, text)
+    n = len(entries)
+    rows = entries if raws is None else [PLACEHOLDER if e is None else e for e in entries]
+    cols = dict(zip(ENTRY_FIELDS, zip(*map(msgspec.structs.astuple, rows)))) if n else {f: () for f in ENTRY_FIELDS}
+    is_object = pa.array([e is not None for e in entries], type=pa.bool_()) if raws else pa.repeat(True, n)
+    del rows, entries
+    ph = pa.array(cols["ph"], type=pa.string())
+    is_x, is_instant, is_flow = (pc.fill_null(mask, False) for mask in (
+        pc.equal(ph, "X"), pc.is_in(ph, INSTANT_PHASES), pc.is_in(ph, FLOW_PHASES)))
+    is_other = pc.invert(pc.or_(pc.or_(is_x, is_instant), is_flow))  # metadata, unknown phases, not objects
+    x_rows, instant_rows, flow_rows, other_rows = (np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+                                                   for mask in (is_x, is_instant, is_flow, is_other))
+    flow_id, flow_id_text = _flow_ids(cols["id"])
+    table = pa.table({
+        "id": np.arange(first_id, first_id + n, dtype=np.int64),
+        "ph": ph,
+        "cat": pa.array(cols["cat"], type=pa.string()),
+        "name": pa.array(cols["name"], type=pa.string()),
+        "pid": id_text(cols["pid"]),
+        "tid": id_text(cols["tid"]),
+        "ts": microseconds_to_ns(raw_text(cols["ts"], nullable=False)),
+        "dur": microseconds_to_ns(raw_text(cols["dur"], nullable=False)),
+        "flow_id": flow_id,
+        "flow_id_text": flow_id_text,
+        "binding_point": pa.array(cols["bp"], type=pa.string()),
+        "scope": pa.array(cols["s"], type=pa.string()),
+        "is_object": is_object,
+    })
+
+    def rows_of(columns: list[str], rows: np.ndarray, args: tuple) -> pa.Table:
+        return table.select(columns).take(rows).append_column("args", raw_text(args, nullable=False))
+
+    x_args = pick(cols["args"], x_rows)
+    events, arg_problems = _events(rows_of(["id", "cat", "name", "pid", "tid", "ts", "dur"], x_rows, x_args), x_args)
+    del x_args
+    instants = rows_of(["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows, pick(cols["args"], instant_rows))
+    flow_table = rows_of(["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id", "flow_id_text"],
+                         flow_rows, pick(cols["args"], flow_rows))
+    others = rows_of(["id", "ph", "name", "pid", "tid", "is_object"], other_rows, pick(cols["args"], other_rows))
+    del table, cols
+    has_flow_id = pc.is_valid(flow_table.column("flow_id"))
+    flows = flow_table.drop_columns(["flow_id_text"]).rename_columns({"ph": "phase"})
+    flows = flows.filter(has_flow_id) if flows.column("flow_id").null_count else flows
+    kept = pc.and_(pc.equal(others.column("ph"), "M"), pc.is_in(others.column("name"), METADATA_NAMES))
+    metadata = others.filter(pc.fill_null(kept, False)).select(METADATA_SCHEMA.names)
+    if flows.num_rows < flow_table.num_rows or others.num_rows > metadata.num_rows:
+        bad_flows = flow_table.select(["id", "pid", "flow_id_text"]).filter(pc.invert(has_flow_id))
+        dropped = _dropped(pl.from_arrow(bad_flows), pl.from_arrow(others))
+        raws = raws or [bytes(r) for r in _RAW_LIST.decode(text)]
+        dropped = dropped.with_columns(raw=pl.Series([raws[p - first_id].decode(errors="replace") for p in dropped["id"]],
+                                                     dtype=pl.String))
+    else:
+        dropped = None
+    return EntryTables(n, events, instants, flows, metadata, _notes(events, arg_problems, dropped))
+
+
+def pick(values: tuple | list, rows: np.ndarray) -> tuple:
+    """values[r] for each row, picked in C (itemgetter)."""
+    if len(rows) > 1:
+        return itemgetter(*rows.tolist())(values)
+    return tuple(values[r] for r in rows.tolist())
+
+
+def _flow_ids(values) -> tuple[pa.Array, pa.Array]:
+    """Flow entries' `id`s → (flow id, the id as text for diagnostics); text ids hold integers in decimal, or are bad."""
+    try:
+        return pa.array(values, type=pa.int64()), pa.nulls(len(values), pa.string())  # text only matters when null
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        text = id_text(values)
+        return pl.from_arrow(text).cast(pl.Int64, strict=False).to_arrow(), text
+
+
+def _dropped(bad_flows: pl.DataFrame, others: pl.DataFrame) -> pl.DataFrame:
+    """Entries that become no row, with the reason: (id, pid, reason, detail), by id."""
+    meta = others.filter(pl.col("ph") == "M")
+    return pl.concat([
+        bad_flows.select(
+            "id", "pid", reason=pl.lit("bad_flow_id"), detail=pl.format("flow entry with non-integer id {}", "flow_id_text")),
+        others.filter(~pl.col("is_object")).select(
+            "id", "pid", reason=pl.lit("not_an_object"), detail=pl.lit("traceEvents entry is not a JSON object")),
+        others.filter(pl.col("is_object") & ~pl.col("ph").is_in(KNOWN_PHASES).fill_null(False)).select(
+            "id", "pid", reason=pl.lit("unknown_phase"),
+            detail=pl.format("phase {} is not one tracekit turns into rows", pl.col("ph").fill_null("(none)"))),
+        meta.filter(~pl.col("name").is_in(list(METADATA_KEYS)).fill_null(False)).select(
+            "id", "pid", reason=pl.lit("unknown_metadata"),
+            detail=pl.format("metadata {} is not one tracekit keeps", pl.col("name").fill_null("(none)"))),
+    ]).sort("id")
+
+
+def _events(x: pa.Table, x_args: tuple[msgspec.Raw, ...]) -> tuple[pa.Table, list[tuple[int, str]]]:
+    """The ph X rows' table: their columns, typed args columns and kind."""
+    args, problems = decode_args(x_args, all_present=x.column("args").null_count == 0)
+    arg_cols = dict(zip(ARGS_FIELDS, zip(*map(msgspec.structs.astuple, args)))) if args else {f: () for f in ARGS_FIELDS}
+    del args
+    n = len(x_args)
+    zeros = pa.py_buffer(bytes(8 * (n + 1)))  # calloc'd: costs no memory until read
+    typed = {f: null_array(ARG_TYPES[f], n, zeros) if not any(arg_cols[f]) and arg_cols[f].count(None) == n
+             else raw_text(arg_cols[f]) if f in RAW_ARGS_FIELDS else pa.array(arg_cols[f], type=ARG_TYPES[f])
+             for f in ARGS_FIELDS}
+    typed["external_id"] = pc.coalesce(typed.pop("external_id"), typed.pop("external_id_legacy"))
+    typed["input_dims"] = pc.coalesce(typed.pop("input_dims"), typed.pop("input_dims_legacy"))
+    typed["args_rank"] = typed.pop("rank")
+    typed["kind"] = kinds(x.column("cat").combine_chunks())
+    return pa.table({**dict(zip(x.column_names, x.columns)), **typed}), problems
+
+
+def null_array(type_: pa.DataType, n: int, zeros: pa.Buffer) -> pa.Array:
+    """n nulls of a primitive, string or list type, every buffer a view of one shared zero-filled buffer: the many
+    args columns a chunk never fills cost nothing each."""
+    if pa.types.is_list(type_):
+        return pa.Array.from_buffers(type_, n, [zeros, zeros], null_count=n, children=[pa.array([], type_.value_type)])
+    if pa.types.is_string(type_):
+        return pa.Array.from_buffers(type_, n, [zeros, zeros, zeros.slice(0, 0)], null_count=n)
+    return pa.Array.from_buffers(type_, n, [zeros, zeros], null_count=n)
+
+
+def _notes(events: pa.Table, arg_problems: list[tuple[int, str]], dropped: pl.DataFrame | None) -> pa.Table:
+    """Diagnostics of these entries, ranks still to come."""
+    if not arg_problems and not events.column("ts").null_count and dropped is None:
+        return NOTES_SCHEMA.empty_table()
+    rows = [r for r, _ in arg_problems]
+    arg_notes = pl.from_arrow(events.select(["id", "pid", "args_rank"]).take(rows)).select(
+        group=pl.lit(ARGS_TYPE, dtype=pl.Int8), position="id", pid="pid", args_rank="args_rank",
+        reason=pl.lit("args_type"),
+        detail=pl.Series([f"an args field has an unexpected type and was left null: {p}" for _, p in arg_problems],
+                         dtype=pl.String))
+    no_ts = pl.from_arrow(events.select(["id", "pid", "args_rank"]).filter(pc.is_null(events.column("ts"))))
+    ts_notes = no_ts.select(group=pl.lit(BAD_TIMESTAMP, dtype=pl.Int8), position="id", pid="pid", args_rank="args_rank",
+                            reason=pl.lit("bad_timestamp"),
+                            detail=pl.lit("ts is missing or not a number; the event is kept with a null ts"))
+    notes = pl.concat([arg_notes, ts_notes]).with_columns(dropped=pl.lit(False), raw=pl.lit(None, pl.String))
+    if dropped is not None:
+        notes = pl.concat([notes, dropped.select(
+            group=pl.lit(DROPPED, dtype=pl.Int8), position="id", pid="pid", args_rank=pl.lit(None, dtype=pl.Int64),
+            reason="reason", detail="detail", dropped=pl.lit(True), raw="raw")])
+    return notes.to_arrow().cast(NOTES_SCHEMA)
+
+
+# --------------------------------------------------------------------------- one file
+
+
+@dataclass(frozen=True)
+class TraceParts:
+    """One trace file read, ranks not yet applied (picklable: files can be read in worker processes)."""
+
+    path: Path
+    top: dict[str, bytes]  # top-level keys other than traceEvents, as JSON text
+    entries: EntryTables | None  # None for an Execution Trace (not read yet)
+
+    @property
+    def is_execution_trace(self) -> bool:
+        return self.entries is None
+
+
+def read_trace(path: Path, chunk_bytes: int = CHUNK_BYTES) -> TraceParts:
+    """Read one trace file, streaming it in chunks; whole when streaming meets anything unusual."""
+    with _gc_paused():
+        try:
+            return _read_streamed(path, chunk_bytes)
+        except NotStreamable:
+            pass
+        parsed = parse_file(path)
+        top = {k: bytes(v) for k, v in parsed.top.items()}
+        if parsed.is_execution_trace:
+            return TraceParts(path, top, None)
+        return TraceParts(path, top, entry_tables(path, parsed.entries, 0))
+
+
+def _read_streamed(path: Path, chunk_bytes: int) -> TraceParts:
+    chunks = trace_event_chunks(read_ahead(decompressed_blocks(path, max(chunk_bytes, MIN_BLOCK_BYTES))), chunk_bytes)
+    parts: list[EntryTables] = []
+    first_id = 0
+    try:
+        while True:
+            part = entry_tables(path, next(chunks), first_id)
+            parts.append(part)
+            first_id += part.entry_count
+    except StopIteration as done:
+        top = done.value
+    except InputError:  # a chunk that is not valid JSON: let the whole-file path say what is wrong with the file
+        raise NotStreamable from None
+    return TraceParts(path, top, EntryTables.concat(parts))
+
+
+def _top_json(parts: TraceParts, key: str) -> str | None:
+    raw = parts.top.get(key)
+    return raw.decode() if raw is not None else None
+
+
+def _top_value(parts: TraceParts, key: str):
+    raw = parts.top.get(key)
+    if raw is None:
+        return None
+    try:
+        return _ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def file_rank(path: Path, parts: TraceParts, rank_option: int | None) -> tuple[int | None, str]:
+    """The rank of a whole file (per-event `args.rank` may still override it in merged files)."""
+    if rank_option is not None:
+        return rank_option, "option"
+    info = _top_value(parts, "distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"], "distributedInfo"
+    match = RANK_FILE_PATTERN.search(path.name)
+    if match:
+        return int(match.group(1)), "file_name"
+    return None, "file_order"
+
+
+@dataclass(frozen=True)
+class FileTables:
+    """What one file contributes (one or several ranks)."""
+
+    tables: dict[str, pa.Table]
+    entry_count: int
+
+
+def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
+    """The file's tables with ranks: `args.rank` (files merged by TraceFuse), else the rank of the entry's pid, else
+    the file's rank."""
+    entries = parts.entries
+    source = str(parts.path)
+    with_ranks = entries.events.filter(pc.is_valid(entries.events.column("args_rank")))
+    pid_rank = pl.from_arrow(with_ranks.select(["pid", "args_rank"])).unique("pid", keep="first", maintain_order=True)
+    pid_rank = dict(zip(pid_rank["pid"].to_list(), pid_rank["args_rank"].to_list()))
+
+    def rank_of_pid(table: pa.Table) -> pa.Array:
+        if not pid_rank:
+            return pa.array(np.full(table.num_rows, rank, dtype=np.int32))
+        return pl.from_arrow(table.column("pid")).replace_strict(pid_rank, default=rank, return_dtype=pl.Int32).to_arrow()
+
+    def with_rank(table: pa.Table, name: str) -> pa.Table:
+        ranks = rank_of_pid(table)
+        if "args_rank" in table.column_names:
+            ranks = pc.coalesce(table.column("args_rank").cast(pa.int32()), ranks)
+        table = table.append_column("rank", ranks)
+        return schema.conform(name, table) if name else table
+
+    base_ns = _top_value(parts, "baseTimeNanoseconds")
+    base_ns = base_ns if isinstance(base_ns, int) else 0
+
+    def shifted(table: pa.Table) -> pa.Table:
+        if not base_ns:
+            return table
+        return table.set_column(table.column_names.index("ts"), "ts", pc.add(table.column("ts"), base_ns))
+
+    events = with_rank(shifted(entries.events), "events")
+    notes = entries.notes.sort_by([("group", "ascending"), ("position", "ascending")])
+    notes = with_rank(notes, "").append_column("source_file", pa.repeat(pa.scalar(source), notes.num_rows)) \
+        .append_column("stage", pa.repeat(pa.scalar("ingest"), notes.num_rows))
+    threads, processes = _metadata_tables(with_rank(entries.metadata, ""))
+    tables = {
+        "events": events,
+        "instants": with_rank(shifted(entries.instants), "instants"),
+        "flows": with_rank(shifted(entries.flows), "flows"),
+        "threads": threads,
+        "processes": processes,
+        "diagnostics": schema.conform("diagnostics", notes),
+        "ranks": _ranks_table(parts, source, rank_source, entries.entry_count, events),
+    }
+    return FileTables(tables, entries.entry_count)
+
+
+def _metadata_tables(meta: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """`ph: M` entries tracekit keeps → threads and processes (one row per thread / process)."""
+    values = [None if a is None else _ANY.decode(a) for a in meta.column("args").to_pylist()]
     records = {"threads": {}, "processes": {}}
-    for (name, r, pid, tid), value in zip(known.select("name", "rank", "pid", "tid").iter_rows(), values):
+    for name, r, pid, tid, value in zip(*(meta.column(c).to_pylist() for c in ("name", "rank", "pid", "tid")), values):
         table, column, key = METADATA_KEYS[name]
         row_key = (r, pid, tid) if table == "threads" else (r, pid)
         row = records[table].setdefault(row_key, dict(zip(schema.TABLES[table].key, row_key), source_entries=0))
         row[column] = value.get(key) if isinstance(value, dict) else None
         row["source_entries"] += 1
-    tables = [
+    threads, processes = (
         schema.conform(t, pa.Table.from_pylist(list(records[t].values()))) if records[t] else schema.empty(t)
         for t in ("threads", "processes")
-    ]
-    unknown = meta.filter(~pl.col("name").is_in(list(METADATA_KEYS)).fill_null(False)).select(
-        "rank", "id", reason=pl.lit("unknown_metadata"),
-        detail=pl.format("metadata {} is not one tracekit keeps", pl.col("name").fill_null("(none)")))
-    return tables[0], tables[1], unknown
-
-
-def _diagnostics_table(rows: list[dict]) -> pa.Table:
-    if not rows:
-        return schema.empty("diagnostics")
-    return pa.Table.from_pylist(rows, schema=schema.DIAGNOSTICS.arrow_schema)
+    )
+    return threads, processes
 
 
 TOP_LEVEL_COLUMNS = ("traceEvents", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion")
 
 
-def _ranks_table(parsed: ParsedFile, source: str, rank_source: str, n: int, events: pa.Table) -> pa.Table:
-    info = _top_value(parsed, "distributedInfo")
+def _ranks_table(parts: TraceParts, source: str, rank_source: str, n: int, events: pa.Table) -> pa.Table:
+    info = _top_value(parts, "distributedInfo")
     info = info if isinstance(info, dict) else {}
-    devices = _top_value(parsed, "deviceProperties")
-    base = _top_value(parsed, "baseTimeNanoseconds")
-    rest = [(k, v) for k, v in parsed.top.items() if k not in TOP_LEVEL_COLUMNS]
-    metadata = "{" + ",".join(msgspec.json.encode(k).decode() + ":" + bytes(v).decode() for k, v in rest) + "}"
+    devices = _top_value(parts, "deviceProperties")
+    base = _top_value(parts, "baseTimeNanoseconds")
+    rest = [(k, v) for k, v in parts.top.items() if k not in TOP_LEVEL_COLUMNS]
+    metadata = "{" + ",".join(msgspec.json.encode(k).decode() + ":" + v.decode() for k, v in rest) + "}"
     gpu = pl.from_arrow(events.select(["rank", "kind", "device"])).filter(
         pl.col("kind").is_in(list(schema.GPU_KINDS)) & pl.col("device").is_not_null())
     ranks = pl.from_arrow(events.column("rank")).unique().sort().to_list() or [None]
@@ -473,9 +894,9 @@ def _ranks_table(parsed: ParsedFile, source: str, rank_source: str, n: int, even
             backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
             pg_config=msgspec.json.encode(info["pg_config"]).decode() if "pg_config" in info else None,
             device_name=_device_name(devices, used[0] if used else None),
-            device_properties=_top_json(parsed, "deviceProperties"),
+            device_properties=_top_json(parts, "deviceProperties"),
             base_time_ns=base if isinstance(base, int) else 0,
-            schema_version=str(v) if (v := _top_value(parsed, "schemaVersion")) is not None else None,
+            schema_version=str(v) if (v := _top_value(parts, "schemaVersion")) is not None else None,
             trace_metadata=metadata, trace_entries=n,
         ))
     return pa.Table.from_pylist(rows, schema=schema.RANKS.arrow_schema)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +16,7 @@ from . import schema
 from .edges import build_edges
 from .errors import InputError
 from .et import attach_execution_traces
-from .ingest import FileTables, file_rank, parse_file, tables_from_file
+from .ingest import FileTables, TraceParts, file_rank, rank_tables, read_trace
 from .tables import TraceTables
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -49,12 +51,14 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
-         progress: Progress | None = None, edges: bool = True) -> TraceTables:
+         progress: Progress | None = None, edges: bool = True, workers: int | None = None) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
     among the files are read and linked to them (tracekit.et).
 
     `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
-    dependency graph is built too; an ingested dataset already holds it.
+    dependency graph is built too; an ingested dataset already holds it. With `workers` > 1, that many processes
+    read several files at once (like any multiprocessing code, a script using them needs the
+    `if __name__ == "__main__":` guard).
     """
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
@@ -77,27 +81,46 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
             progress(path, path.stat().st_size)
 
     execution_traces = []
-    for path in files:
-        parsed = parse_file(path)
-        if parsed.is_execution_trace:
-            execution_traces.append(parsed)
+    for path, trace in zip(files, read_traces(files, workers)):
+        if trace.is_execution_trace:
+            execution_traces.append(path)
             continue
-        r, source = file_rank(path, parsed, rank)
+        r, source = file_rank(path, trace, rank)
         if r is None:
-            unranked.append((path, parsed))
+            unranked.append((path, trace))
             continue
-        add(path, tables_from_file(path, r, source, parsed))
-        del parsed
+        add(path, rank_tables(trace, r, source))
+        del trace
     next_rank = 0
-    for path, parsed in unranked:
+    for path, trace in unranked:
         while next_rank in claimed:
             next_rank += 1
-        add(path, tables_from_file(path, next_rank, "file_order", parsed))
+        add(path, rank_tables(trace, next_rank, "file_order"))
     tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
                             for name in TraceTables.names()})
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
     tables = build_edges(tables) if edges else tables
     return attach_execution_traces(tables, execution_traces)
+
+
+def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:
+    """Each file read (ranks not applied yet), in order: in this process, or in `workers` processes.
+
+    Not the default: on a 2-core machine, starting workers and pickling their tables back cost more than the
+    parallelism saved, even for 4 files of 100 MB (bench/RESULTS.md).
+    """
+    if workers and workers > 1 and len(files) > 1:
+        return _read_in_processes(files, min(workers, len(files)))
+    return map(read_trace, files)
+
+
+def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
+    # spawn, not fork: forking a process whose Polars/Arrow thread pools are running can deadlock the child
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield from pool.map(read_trace, files)
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def concat(name: str, tables: list[pa.Table]) -> pa.Table:
