@@ -199,3 +199,14 @@ def test_dataset_round_trip_is_partitioned_by_rank(tmp_path):
 
 def test_schema_doc_is_generated_from_schema_module():
     assert (REPO / "docs" / "schema.md").read_text() == schema.markdown()
+
+
+def test_dropped_entry_without_any_args_problem(tmp_path):
+    """A dropped entry in a file whose args all decode cleanly (the notes path with no args problems)."""
+    entries = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 70, "dur": 20},
+               {"ph": "Q", "name": "-unknown phase", "pid": 1, "tid": 1, "ts": 75}]
+    path = tmp_path / "one_drop.json"
+    path.write_text(json.dumps({"traceEvents": entries}))
+    tables = tracekit.load(path)
+    assert tables.polars("diagnostics").filter(pl.col("dropped"))["position"].to_list() == [1]
+    assert accounted_entries(tables) == len(entries)

@@ -710,7 +710,7 @@ def _notes(events: pa.Table, arg_problems: list[tuple[int, str]], dropped: pl.Da
     if not arg_problems and not events.column("ts").null_count and dropped is None:
         return NOTES_SCHEMA.empty_table()
     rows = [r for r, _ in arg_problems]
-    arg_notes = pl.from_arrow(events.select(["id", "pid", "args_rank"]).take(rows)).select(
+    arg_notes = pl.from_arrow(events.select(["id", "pid", "args_rank"]).take(pa.array(rows, pa.int64()))).select(
         group=pl.lit(ARGS_TYPE, dtype=pl.Int8), position="id", pid="pid", args_rank="args_rank",
         reason=pl.lit("args_type"),
         detail=pl.Series([f"an args field has an unexpected type and was left null: {p}" for _, p in arg_problems],
