@@ -57,8 +57,11 @@ def child(variant: str, base: Path, cand: Path) -> dict:
                 tables = timed(stages, "load", lambda: tracekit.load(path))
                 timed(stages, "report", lambda: report.write_reports(tables, Path(out) / str(i), problems=[]))
         else:
-            tables = [timed(stages, "load", lambda: tracekit.load(p)) for p in (base, cand)]
-            sides = [timed(stages, "summarize", lambda: diff.summarize(t, label)) for t, label in zip(tables, "ab")]
+            sides = []
+            for path in (base, cand):  # as the CLI does: one run's tables in memory at a time
+                tables = timed(stages, "load", lambda: tracekit.load(path))
+                sides.append(timed(stages, "summarize", lambda: diff.summarize(tables, path.name)))
+                del tables
             result = timed(stages, "compare", lambda: diff.compare(*sides))
             timed(stages, "workbook", lambda: diff.write_workbook(result, Path(out) / "diff.xlsx"))
     return {"wall": time.perf_counter() - started, "stages": stages,
