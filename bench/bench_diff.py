@@ -2,7 +2,8 @@
 
     python bench/bench_diff.py [--repeats 3] [BASELINE CANDIDATE]
 
-Each variant runs in a fresh process (peak RSS is the process high-water mark), --repeats times; medians printed:
+Each variant runs in a fresh process (peak RSS is the process high-water mark), --repeats times round-robin;
+medians printed:
   load     tracekit.load of both runs (ingest + edges)
   report   per run: load + tracekit.report.write_reports (every analysis the workbooks read, then the workbooks),
            i.e. `tracekit report` twice
@@ -56,8 +57,11 @@ def child(variant: str, base: Path, cand: Path) -> dict:
                 tables = timed(stages, "load", lambda: tracekit.load(path))
                 timed(stages, "report", lambda: report.write_reports(tables, Path(out) / str(i), problems=[]))
         else:
-            tables = [timed(stages, "load", lambda: tracekit.load(p)) for p in (base, cand)]
-            sides = [timed(stages, "summarize", lambda: diff.summarize(t, label)) for t, label in zip(tables, "ab")]
+            sides = []
+            for path in (base, cand):  # as the CLI does: one run's tables in memory at a time
+                tables = timed(stages, "load", lambda: tracekit.load(path))
+                sides.append(timed(stages, "summarize", lambda: diff.summarize(tables, path.name)))
+                del tables
             result = timed(stages, "compare", lambda: diff.compare(*sides))
             timed(stages, "workbook", lambda: diff.write_workbook(result, Path(out) / "diff.xlsx"))
     return {"wall": time.perf_counter() - started, "stages": stages,
@@ -84,14 +88,18 @@ def main() -> None:
     sizes = [json_mib(p) for p in (base, cand)]
     print(f"baseline {base} ({sizes[0]:.1f} MiB of JSON), candidate {cand} ({sizes[1]:.1f} MiB); "
           f"{args.repeats} runs each, medians")
+    variants = ("load", "report", "diff")
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    for _ in range(args.repeats):  # round-robin, so a change in machine load hits every variant alike
+        for variant in variants:
+            out = subprocess.run([sys.executable, __file__, "--child", variant, str(base), str(cand)],
+                                 check=True, capture_output=True, text=True).stdout
+            runs[variant].append(json.loads(out))
     medians = {}
-    for variant in ("load", "report", "diff"):
-        runs = [json.loads(subprocess.run([sys.executable, __file__, "--child", variant, str(base), str(cand)],
-                                          check=True, capture_output=True, text=True).stdout)
-                for _ in range(args.repeats)]
-        wall = statistics.median(r["wall"] for r in runs)
-        stages = {s: statistics.median(r["stages"][s] for r in runs) for s in runs[0]["stages"]}
-        rss = max(r["peak_rss_mib"] for r in runs)
+    for variant in variants:
+        wall = statistics.median(r["wall"] for r in runs[variant])
+        stages = {s: statistics.median(r["stages"][s] for r in runs[variant]) for s in runs[variant][0]["stages"]}
+        rss = max(r["peak_rss_mib"] for r in runs[variant])
         medians[variant] = wall
         detail = ", ".join(f"{s} {v:.2f} s" for s, v in stages.items())
         print(f"{variant:7s} {wall:6.2f} s  peak RSS {rss:6.0f} MiB  ({detail})")

@@ -75,26 +75,26 @@ def child(mode: str, paths: list[str], workers: int | None) -> dict:
         import orjson
         baseline = status_mb("VmRSS")  # before reading: orjson's peak holds the decompressed bytes too
         data = [read_json_bytes(Path(p)) for p in paths]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         docs = [orjson.loads(d) for d in data]
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         peak = status_mb("VmHWM")
         entries = sum(len(d if isinstance(d, list) else d["traceEvents"]) for d in docs)
         del docs
         start = time.perf_counter()
         docs = [orjson.loads(d) for d in data]
-        return dict(seconds=seconds, warm_seconds=time.perf_counter() - start, entries=entries, baseline_mb=baseline,
-                    peak_mb=peak, tree_peak_mb=0.0)
+        return dict(seconds=seconds, cpu_seconds=cpu, warm_seconds=time.perf_counter() - start, entries=entries,
+                    baseline_mb=baseline, peak_mb=peak, tree_peak_mb=0.0)
     import duckdb  # noqa: F401  (the import baseline includes every library a session loads)
     import polars  # noqa: F401
     import pyarrow  # noqa: F401
 
     import tracekit
     baseline = status_mb("VmRSS")
-    stop, tree_peak = tree_peak_sampler() if workers else (None, [0.0])
-    start = time.perf_counter()
+    stop, tree_peak = tree_peak_sampler() if workers and workers > 1 else (None, [0.0])
+    start, cpu = time.perf_counter(), time.process_time()
     tables = tracekit.load(paths, edges=False, workers=workers)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     peak = status_mb("VmHWM")
     if stop:
         stop.set()
@@ -102,8 +102,8 @@ def child(mode: str, paths: list[str], workers: int | None) -> dict:
     del tables
     start = time.perf_counter()
     tracekit.load(paths, edges=False, workers=workers)
-    return dict(seconds=seconds, warm_seconds=time.perf_counter() - start, entries=entries, baseline_mb=baseline,
-                peak_mb=peak, tree_peak_mb=tree_peak[0])
+    return dict(seconds=seconds, cpu_seconds=cpu, warm_seconds=time.perf_counter() - start, entries=entries,
+                baseline_mb=baseline, peak_mb=peak, tree_peak_mb=tree_peak[0])
 
 
 def read_json_bytes(path: Path) -> bytes:
@@ -166,42 +166,39 @@ def synthetic_trace(source: Path, out: Path, target_bytes: int, rank: int | None
 # --------------------------------------------------------------------------- cases and table
 
 
-def json_megabytes(paths: list[Path]) -> float:
-    total = 0
-    for p in paths:
-        files = sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")) and not f.name.startswith("et")) \
-            if p.is_dir() else [p]
-        total += sum(len(read_json_bytes(f)) for f in files)
-    return total / 1e6
-
-
-def kineto_files(paths: list[Path]) -> list[Path]:
-    """For orjson: the Kineto files among the paths (directories expanded, Execution Traces left out)."""
+def trace_files(paths: list[Path]) -> list[Path]:
+    """The Kineto files among the paths (directories expanded, Execution Traces left out)."""
     out = []
     for p in paths:
-        out += sorted(f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")) and not f.name.startswith("et")) \
-            if p.is_dir() else [p]
+        out += [p] if not p.is_dir() else sorted(
+            f for f in p.iterdir() if f.name.endswith((".json", ".json.gz")) and not f.name.startswith("et"))
     return out
+
+
+def json_megabytes(paths: list[Path]) -> float:
+    return sum(len(read_json_bytes(f)) for f in trace_files(paths)) / 1e6
 
 
 def default_cases(scratch: Path) -> list[tuple[str, list[Path], int | None]]:
     cases = [(Path(f).name, [TRACES / f], None) for f in LARGEST if (TRACES / f).exists()]
-    if (TRACES / DLRM).is_dir():
-        cases += [("dlrm 8 ranks, 1 process", [TRACES / DLRM], 1), ("dlrm 8 ranks, 2 workers", [TRACES / DLRM], 2)]
+    ranks = sorted((TRACES / DLRM).glob("worker*.pt.trace.json.gz"))  # the Kineto files (not the Execution Traces)
+    if ranks:
+        cases += [("dlrm 8 ranks, 1 process", ranks, 1), ("dlrm 8 ranks, 2 workers", ranks, 2)]
     source = TRACES / SYNTHETIC_SOURCE
     if source.exists():
         scratch.mkdir(parents=True, exist_ok=True)
         big = synthetic_trace(source, scratch / "synthetic_400mb.json.gz", 400_000_000)
         cases.append(("synthetic ~400 MB", [big], None))
-        ranks = [synthetic_trace(source, scratch / f"synthetic_rank{r}_100mb.json.gz", 100_000_000, rank=r) for r in range(4)]
-        cases += [("4 x ~100 MB ranks, 1 process", ranks, 1), ("4 x ~100 MB ranks, 2 workers", ranks, 2)]
+        big_ranks = [synthetic_trace(source, scratch / f"synthetic_rank{r}_100mb.json.gz", 100_000_000, rank=r)
+                     for r in range(4)]
+        cases += [("4 x ~100 MB ranks, 1 process", big_ranks, 1), ("4 x ~100 MB ranks, 2 workers", big_ranks, 2)]
     return cases
 
 
 def run_case(name: str, paths: list[Path], workers: int | None, repeat: int) -> dict:
     orjson_runs, ingest_runs = [], []
     for _ in range(repeat):  # interleaved, so that each ratio compares runs under the same machine load
-        orjson_runs.append(measure("orjson", kineto_files(paths), None))
+        orjson_runs.append(measure("orjson", trace_files(paths), None))
         ingest_runs.append(measure("ingest", paths, workers))
     med = statistics.median
     orjson_s, ingest_s = med(r["seconds"] for r in orjson_runs), med(r["seconds"] for r in ingest_runs)
@@ -214,33 +211,35 @@ def run_case(name: str, paths: list[Path], workers: int | None, repeat: int) -> 
     return dict(case=name, json_mb=json_mb, entries=entries, orjson_s=orjson_s, ingest_s=ingest_s,
                 ratio=med(i["seconds"] / o["seconds"] for i, o in zip(ingest_runs, orjson_runs)),
                 warm_ratio=med(i["warm_seconds"] / o["warm_seconds"] for i, o in zip(ingest_runs, orjson_runs)),
+                cpu_ratio=med(i["cpu_seconds"] / o["cpu_seconds"] for i, o in zip(ingest_runs, orjson_runs)),
                 events_per_s=entries / ingest_s, peak_mb=peak, delta_mb=delta, delta_per_json=delta / json_mb,
                 orjson_delta_mb=med(r["peak_mb"] - r["baseline_mb"] for r in orjson_runs),
                 baseline_mb=med(r["baseline_mb"] for r in ingest_runs),
                 tree_peak_mb=med(r["tree_peak_mb"] for r in ingest_runs))
 
 
-COLUMNS = [("case", "{:<32}"), ("json_mb", "{:>8.1f}"), ("entries", "{:>9,}"), ("orjson_s", "{:>8.3f}"),
-           ("ingest_s", "{:>8.3f}"), ("ratio", "{:>6.2f}"), ("warm_ratio", "{:>6.2f}"), ("events_per_s", "{:>10,.0f}"),
-           ("peak_mb", "{:>8.0f}"),
-           ("delta_mb", "{:>8.0f}"), ("delta_per_json", "{:>7.2f}"), ("orjson_delta_mb", "{:>9.0f}")]
-HEADERS = {"case": "case", "json_mb": "JSON MB", "entries": "entries", "orjson_s": "orjson s", "ingest_s": "ingest s",
-           "ratio": "ratio", "warm_ratio": "warm ratio", "events_per_s": "events/s", "peak_mb": "peak MB", "delta_mb": "Δ MB",
-           "delta_per_json": "Δ/JSON", "orjson_delta_mb": "orjson Δ"}
+COLUMNS = [  # (key, header, format)
+    ("case", "case", "{}"), ("json_mb", "JSON MB", "{:.1f}"), ("entries", "entries", "{:,}"),
+    ("orjson_s", "orjson s", "{:.3f}"), ("ingest_s", "ingest s", "{:.3f}"), ("ratio", "ratio", "{:.2f}"),
+    ("warm_ratio", "warm ratio", "{:.2f}"), ("cpu_ratio", "CPU ratio", "{:.2f}"),
+    ("events_per_s", "events/s", "{:,.0f}"), ("peak_mb", "peak MB", "{:.0f}"), ("delta_mb", "Δ MB", "{:.0f}"),
+    ("delta_per_json", "Δ/JSON", "{:.2f}"), ("orjson_delta_mb", "orjson Δ MB", "{:.0f}"),
+]
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| " + " | ".join(HEADERS[c] for c, _ in COLUMNS) + " |")
+    print("| " + " | ".join(header for _, header, _ in COLUMNS) + " |")
     print("|" + "|".join("---" for _ in COLUMNS) + "|")
     for row in rows:
-        print("| " + " | ".join(fmt.format(row[c]).strip() for c, fmt in COLUMNS) + " |")
+        print("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in COLUMNS) + " |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("paths", nargs="*", type=Path, help="trace files or directories (each one case)")
     parser.add_argument("--repeat", type=int, default=3, help="fresh-process runs per measurement (default 3)")
-    parser.add_argument("--workers", type=int, default=0, help="worker processes for given paths (0: tracekit's default)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="worker processes for the given paths (default: none, read in the measuring process)")
     parser.add_argument("--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "tracekit-bench",
                         help="where synthetic traces are written (default: $TMPDIR/tracekit-bench)")
     parser.add_argument("--child", choices=["orjson", "ingest"], help=argparse.SUPPRESS)
@@ -249,14 +248,16 @@ def main() -> None:
         print(json.dumps(child(args.child, [str(p) for p in args.paths], args.workers or None)))
         return
     cases = [(p.name, [p], args.workers or None) for p in args.paths] or default_cases(args.scratch)
-    rows = []
+    rows, load_before = [], os.getloadavg()[0]
     for name, paths, workers in cases:
         rows.append(run_case(name, paths, workers, args.repeat))
         print(f"measured {name}", file=sys.stderr)
     print(f"{args.repeat} fresh-process runs per measurement; medians. ratio = ingest / orjson.loads, first call in "
-          "each process (same run pairs); warm ratio = the same for a second call in that process; "
+          "each process (same run pairs); warm ratio = the same for a second call in that process; CPU ratio = process "
+          "CPU seconds (all threads), first call; "
           f"Δ = peak RSS (VmHWM) − RSS after imports (~{statistics.median(r['baseline_mb'] for r in rows):.0f} MB); "
           "orjson Δ = the same for gunzip + orjson.loads (timed: orjson.loads alone)")
+    print(f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; {os.cpu_count()} CPUs")
     print_table(rows)
     for r in rows:
         if r["tree_peak_mb"]:

@@ -23,7 +23,7 @@ OPS = {"aten::mm": ("GEMM", 10.0), "aten::add": ("elementwise", 2.0), "aten::rel
 
 
 def side_from_steps(label: str, per_step_ops: pl.DataFrame) -> diff.Side:
-    """A Side whose op_summary, steps and gpu_timeline agree with `per_step_ops` (rank, step, name, direct_kernel_ms...)."""
+    """A Side whose op_summary, steps and gpu_timeline agree with `per_step_ops` (rank, step, name, times...)."""
     per_step = per_step_ops.with_columns(
         category=pl.col("name").replace_strict({k: v[0] for k, v in OPS.items()}, default="other"),
         subtree_kernel_ms=pl.col("direct_kernel_ms"), self_cpu_ms=pl.col("total_cpu_ms"))
@@ -35,7 +35,8 @@ def side_from_steps(label: str, per_step_ops: pl.DataFrame) -> diff.Side:
                            memcpy_ms=pl.lit(0.0), exposed_memcpy_ms=pl.lit(0.0)))
     timeline = (steps.group_by("rank").agg(pl.col("busy_ms", "idle_ms", "duration_ms").sum())
                 .unpivot(index="rank", variable_name="category", value_name="time_ms")
-                .with_columns(pl.col("category").replace({"busy_ms": "busy", "idle_ms": "idle", "duration_ms": "total"})))
+                .with_columns(pl.col("category").replace({"busy_ms": "busy", "idle_ms": "idle",
+                                                          "duration_ms": "total"})))
     results = {"op_summary": totals, "steps": steps, "gpu_timeline": timeline}
     return diff.Side(label, results, {"op_summary": per_step},
                      diff.step_counts_of(per_step.select("rank", "step").unique()))
@@ -141,7 +142,8 @@ def test_ops_on_one_side_only_are_added_or_removed():
     verdicts = dict(result.sections["ops"].select("name", "verdict").iter_rows())
     assert verdicts["aten::relu"] == "removed" and verdicts["aten::bmm"] == "added"
     bmm = op_row(result, "aten::bmm")
-    assert bmm["base_direct_kernel_ms"] is None and bmm["delta_direct_kernel_ms"] == pytest.approx(bmm["cand_direct_kernel_ms"])
+    assert bmm["base_direct_kernel_ms"] is None
+    assert bmm["delta_direct_kernel_ms"] == pytest.approx(bmm["cand_direct_kernel_ms"])
     # Sorted by |delta|: the added bmm (≈60 ms) before the removed relu (≈6 ms).
     names = result.sections["ops"]["name"].to_list()
     assert names.index("aten::bmm") < names.index("aten::relu")
@@ -169,7 +171,8 @@ def test_per_rank_and_all_ranks_rows():
 
 
 def test_regression_gate_needs_both_the_percentage_and_noise():
-    result = diff.compare(side_from_steps("a", noisy_ops(12)), side_from_steps("b", noisy_ops(13, slow={"aten::mm": 1.5})))
+    result = diff.compare(side_from_steps("a", noisy_ops(12)),
+                          side_from_steps("b", noisy_ops(13, slow={"aten::mm": 1.5})))
     percent = result.headline()["percent_delta"]
     assert 20 < percent < 40  # mm is 10 of 18 ms per step
     assert result.regressed(percent - 5) and not result.regressed(percent + 5)

@@ -104,8 +104,9 @@ def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, o
         raise InputError(f"--metric {exc}") from None
     if out_path is not None and out_path.exists() and not force:
         raise InputError(f"{out_path}: exists (use --force to replace it)")
-    result = diff.compare(load_with_progress((baseline,)), load_with_progress((candidate,)), threshold=threshold, k=k,
-                          labels=(Path(baseline).name, Path(candidate).name))
+    # One run's tables at a time: each is summarised (its analyses run) before the next is read.
+    sides = [diff.summarize(load_with_progress((path,)), Path(path).name) for path in (baseline, candidate)]
+    result = diff.compare(*sides, threshold=threshold, k=k)
     diff.print_summary(result, stdout, top)
     if out_path is not None:
         for problem in diff.write_workbook(result, out_path, force):

@@ -87,7 +87,8 @@ class Section:
 OP_METRICS = (COUNT, sum_ms("direct_kernel_ms"), sum_ms("subtree_kernel_ms"), sum_ms("total_cpu_ms"),
               sum_ms("self_cpu_ms"))
 SECTIONS = {s.name: s for s in (
-    Section("step_time", {"measure": pl.String}, (Metric("step_time_ms", +1, "median", 0.001),), ("step_time_ms",), True),
+    Section("step_time", {"measure": pl.String}, (Metric("step_time_ms", +1, "median", 0.001),), ("step_time_ms",),
+            True),
     Section("gpu_timeline", {"category": pl.String}, (sum_ms("time_ms"),), ("time_ms",), True),
     Section("ops", {"name": pl.String}, OP_METRICS, ("direct_kernel_ms", "self_cpu_ms"), False, ("category",)),
     Section("ops_by_shape", {"name": pl.String, "input_dims": pl.String, "input_type": pl.String}, OP_METRICS,
@@ -120,7 +121,8 @@ class Side:
     label: str
     results: dict[str, pl.DataFrame]
     per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
-    step_counts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.Int64}))
+    step_counts: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.Int64}))
     failures: dict[str, str] = field(default_factory=dict)  # analysis → why it gave nothing (missing, failed)
 
 
@@ -175,7 +177,8 @@ class DiffResult:
         return (self.measures
                 .filter(pl.col("section").is_in(sections) & pl.col("decides") & pl.col("rank").is_null()
                         & pl.col("verdict").is_in(SIGNIFICANT) & pl.col("to_ms").is_not_null())
-                .with_columns((pl.col(c) * pl.col("to_ms")).alias(f"{c}_ms") for c in ("base", "cand", "delta", "noise"))
+                .with_columns((pl.col(c) * pl.col("to_ms")).alias(f"{c}_ms")
+                              for c in ("base", "cand", "delta", "noise"))
                 .sort(pl.col("delta_ms").abs(), descending=True)
                 .select("section", "item", "metric", "base_ms", "cand_ms", "delta_ms", "percent_delta", "noise_ms",
                         "verdict")
@@ -236,15 +239,17 @@ def summarize(tables: TraceTables, label: str) -> Side:
     """
     failures: dict[str, str] = {}
     results = analyses.run_all(tables, list(TOTALS_ANALYSES), failures)
-    per_step = per_step_results(tables, failures)
+    with_rows = [name for name in PER_STEP_ANALYSES if name in results and results[name].height]
+    per_step = per_step_results(tables, with_rows, failures)
     if per_step is None:
         return Side(label, results, failures=failures)
     return Side(label, results, *per_step, failures=failures)
 
 
-def per_step_results(tables: TraceTables, failures: dict[str, str]
+def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, str]
                      ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
-    """The per-step analyses, each with a `step` column, and the step counts; None when no rank holds 2 steps.
+    """The analyses `names` per step, each with a `step` column, and the step counts; None when no rank holds 2
+    steps. (summarize asks only for those with rows over the whole trace: no collectives, no per-step collectives.)
 
     Each (rank, step) becomes a pseudo-rank: every analysis keys on rank, so one run over views that relabel the
     rank computes it for every step at once (no copy of the tables is made). op_summary and op_categories per step
@@ -255,9 +260,9 @@ def per_step_results(tables: TraceTables, failures: dict[str, str]
         if mapping is None:
             return None
         done: dict[str, pl.DataFrame] = {}
-        for name in PER_STEP_ANALYSES:
+        for name in names:
             analyses.run_into(con, name, done, failures)
-        per_step = {name: restore_ranks(done[name], mapping) for name in PER_STEP_ANALYSES if name in done}
+        per_step = {name: restore_ranks(done[name], mapping) for name in names if name in done}
     by_shape = per_step.get("op_by_shape")
     if by_shape is not None:
         sums = [pl.col(m.name).sum() for m in OP_METRICS]
@@ -283,7 +288,8 @@ def pseudo_rank_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> pl
     stride = int(mapping["step_index"].max()) + 1
     if (max(tables.rank_list) + 1) * stride >= 2**31:
         return None
-    mapping = mapping.with_columns(pseudo=(pl.col("rank").cast(pl.Int64) * stride + pl.col("step_index")).cast(pl.Int32))
+    mapping = mapping.with_columns(
+        pseudo=(pl.col("rank").cast(pl.Int64) * stride + pl.col("step_index")).cast(pl.Int32))
     con.register("pseudo_ranks", mapping)
     con.execute("""create temp table member_pseudo as
                    select m.rank, m.id, p.pseudo from step_members m join pseudo_ranks p using (rank, step)""")
@@ -633,7 +639,8 @@ def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...
         notes.append(f"not compared: analysis {name} gave nothing ({reason})")
     if step_basis(base) != step_basis(cand):
         notes.append(f"step time is the {step_basis(base)} on {base.label} but the {step_basis(cand)} on {cand.label}")
-    kernels = measures.filter((pl.col("section") == "kernels") & (pl.col("metric") == "total_us") & pl.col("rank").is_null())
+    kernels = measures.filter((pl.col("section") == "kernels") & (pl.col("metric") == "total_us")
+                              & pl.col("rank").is_null())
     total = kernels.select(pl.col("base").fill_null(0).sum() + pl.col("cand").fill_null(0).sum()).item()
     matched = kernels.filter(pl.col("base").is_not_null() & pl.col("cand").is_not_null()).select(
         pl.col("base").sum() + pl.col("cand").sum()).item()
@@ -702,7 +709,8 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
                                                               "exposed_communication", "exposed_memcpy"])
         & ((pl.col("base_time_ms").fill_null(0) > 0) | (pl.col("cand_time_ms").fill_null(0) > 0)))
     if timeline.height:
-        parts = [f"{r['category']} {r['base_time_ms'] or 0:,.1f} → {r['cand_time_ms'] or 0:,.1f} ms {styled(r['verdict'])}"
+        parts = [f"{r['category']} {r['base_time_ms'] or 0:,.1f} → {r['cand_time_ms'] or 0:,.1f} ms "
+                 f"{styled(r['verdict'])}"
                  for r in timeline.iter_rows(named=True)]
         console.print("GPU time (all ranks): " + "; ".join(parts))
     sections = TOP_CHANGE_SECTIONS
@@ -721,7 +729,8 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
             item = r["item"] if len(r["item"]) <= 100 else r["item"][:97] + "..."
             values = " → ".join("-" if v is None else f"{v:,.3f}" for v in (r["base_ms"], r["cand_ms"]))
             percent = "" if r["percent_delta"] is None else f" ({r['percent_delta']:+.1f}%)"
-            table.add_row(f"[dim]{r['section']}[/] {escape(item)} [dim]({METRIC_LABELS.get(r['metric'], r['metric'])})[/]",
+            label = METRIC_LABELS.get(r["metric"], r["metric"])
+            table.add_row(f"[dim]{r['section']}[/] {escape(item)} [dim]({label})[/]",
                           values, f"{r['delta_ms']:+,.3f}{percent}", f"±{r['noise_ms']:,.3f}", styled(r["verdict"]))
         console.print(table)
     for note in result.notes:

@@ -97,7 +97,8 @@ class Args(msgspec.Struct, gc=False):
 ARGS_FIELDS = Args.__struct_fields__
 RAW_ARGS_FIELDS = {f.name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}  # kept as JSON text
 ARG_TYPES = {f.name: pa.string() if f.name in RAW_ARGS_FIELDS or str in get_args(f.type)
-             else pa.list_(pa.int64()) if f.name in ("grid", "block") else pa.int64() for f in msgspec.structs.fields(Args)}
+             else pa.list_(pa.int64()) if f.name in ("grid", "block") else pa.int64()
+             for f in msgspec.structs.fields(Args)}
 _ENTRIES = msgspec.json.Decoder(list[Entry])
 _ARGS_LIST = msgspec.json.Decoder(list[Args | None], strict=False)
 _ARGS_ONE = msgspec.json.Decoder(Args | None, strict=False)
@@ -170,7 +171,7 @@ def parse_file(path: Path) -> ParsedFile:
     return ParsedFile(path, {k: v for k, v in top.items() if k != "traceEvents"}, top["traceEvents"])
 
 
-def decode_entries(path: Path, entries: bytes | memoryview | msgspec.Raw) -> tuple[list[Entry | None], list[bytes] | None]:
+def decode_entries(path: Path, entries: bytes | msgspec.Raw) -> tuple[list[Entry | None], list[bytes] | None]:
     """Decode every entry of a JSON array; an entry that is not an object becomes None (its raw text is returned)."""
     try:
         return _ENTRIES.decode(entries), None
@@ -352,7 +353,7 @@ def trace_event_chunks(blocks: Iterator[bytes], chunk_bytes: int) -> Generator[b
 
 
 def _cut(text: bytes, limit: int, chunk_bytes: int) -> Generator[bytes, None, int]:
-    """Chunks of whole entries from text[:limit] while at least `chunk_bytes` are left; returns where the rest begins."""
+    """Chunks of whole entries from text[:limit] while `chunk_bytes` are left; returns where the rest begins."""
     begin = 0
     while limit - begin >= chunk_bytes:
         found = (_last_match(ENTRY_ENDS[0], text, begin, begin + chunk_bytes)
@@ -442,7 +443,7 @@ def _array_end(text: bytes, in_object: bool) -> tuple[int, dict[str, bytes]]:
 
 
 def raw_text(values, nullable: bool = True) -> pa.Array:
-    """JSON texts (msgspec.Raw, bytes, or None where `nullable`) → a string array built from one buffer (empty → null)."""
+    """JSON texts (msgspec.Raw, bytes, or None where `nullable`) → a string array from one buffer (empty → null)."""
     if nullable:
         if not any(values):
             return pa.nulls(len(values), pa.string())
@@ -550,8 +551,9 @@ METADATA_KEYS = {  # metadata entry name → (table, column, args key)
 }
 
 
-NOTES_SCHEMA = pa.schema([("group", pa.int8()), ("position", pa.int64()), ("pid", pa.string()), ("args_rank", pa.int64()),
-                          ("reason", pa.string()), ("detail", pa.string()), ("dropped", pa.bool_()), ("raw", pa.string())])
+NOTES_SCHEMA = pa.schema([("group", pa.int8()), ("position", pa.int64()), ("pid", pa.string()),
+                          ("args_rank", pa.int64()), ("reason", pa.string()), ("detail", pa.string()),
+                          ("dropped", pa.bool_()), ("raw", pa.string())])
 METADATA_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("pid", pa.string()), ("tid", pa.string()),
                              ("args", pa.string())])
 # Notes are ordered by group, then position: arg type problems, bad timestamps, dropped entries.
@@ -571,8 +573,9 @@ class EntryTables:
 
     @staticmethod
     def concat(parts: list[EntryTables]) -> EntryTables:
-        return EntryTables(sum(p.entry_count for p in parts), *(
-            pa.concat_tables([getattr(p, name) for p in parts]) for name in ("events", "instants", "flows", "metadata", "notes")))
+        tables = ("events", "instants", "flows", "metadata", "notes")
+        return EntryTables(sum(p.entry_count for p in parts),
+                           *(pa.concat_tables([getattr(p, name) for p in parts]) for name in tables))
 
 
 ENTRY_FIELDS = Entry.__struct_fields__
@@ -624,7 +627,8 @@ def entry_tables(path: Path, text, first_id: int) -> EntryTables:
     x_args = pick(cols["args"], x_rows)
     events, arg_problems = _events(rows_of(["id", "cat", "name", "pid", "tid", "ts", "dur"], x_rows, x_args), x_args)
     del x_args
-    instants = rows_of(["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows, pick(cols["args"], instant_rows))
+    instants = rows_of(["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows,
+                       pick(cols["args"], instant_rows))
     flow_table = rows_of(["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id", "flow_id_text"],
                          flow_rows, pick(cols["args"], flow_rows))
     others = rows_of(["id", "ph", "name", "pid", "tid", "is_object"], other_rows, pick(cols["args"], other_rows))
@@ -638,8 +642,8 @@ def entry_tables(path: Path, text, first_id: int) -> EntryTables:
         bad_flows = flow_table.select(["id", "pid", "flow_id_text"]).filter(pc.invert(has_flow_id))
         dropped = _dropped(pl.from_arrow(bad_flows), pl.from_arrow(others))
         raws = raws or [bytes(r) for r in _RAW_LIST.decode(text)]
-        dropped = dropped.with_columns(raw=pl.Series([raws[p - first_id].decode(errors="replace") for p in dropped["id"]],
-                                                     dtype=pl.String))
+        dropped = dropped.with_columns(raw=pl.Series(
+            [raws[p - first_id].decode(errors="replace") for p in dropped["id"]], dtype=pl.String))
     else:
         dropped = None
     return EntryTables(n, events, instants, flows, metadata, _notes(events, arg_problems, dropped))
@@ -653,7 +657,7 @@ def pick(values: tuple | list, rows: np.ndarray) -> tuple:
 
 
 def _flow_ids(values) -> tuple[pa.Array, pa.Array]:
-    """Flow entries' `id`s → (flow id, the id as text for diagnostics); text ids hold integers in decimal, or are bad."""
+    """Flow entries' `id`s → (flow id, the id as text for diagnostics); a text id holds an integer, or is bad."""
     try:
         return pa.array(values, type=pa.int64()), pa.nulls(len(values), pa.string())  # text only matters when null
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
@@ -666,7 +670,8 @@ def _dropped(bad_flows: pl.DataFrame, others: pl.DataFrame) -> pl.DataFrame:
     meta = others.filter(pl.col("ph") == "M")
     return pl.concat([
         bad_flows.select(
-            "id", "pid", reason=pl.lit("bad_flow_id"), detail=pl.format("flow entry with non-integer id {}", "flow_id_text")),
+            "id", "pid", reason=pl.lit("bad_flow_id"),
+            detail=pl.format("flow entry with non-integer id {}", "flow_id_text")),
         others.filter(~pl.col("is_object")).select(
             "id", "pid", reason=pl.lit("not_an_object"), detail=pl.lit("traceEvents entry is not a JSON object")),
         others.filter(pl.col("is_object") & ~pl.col("ph").is_in(KNOWN_PHASES).fill_null(False)).select(
@@ -681,7 +686,8 @@ def _dropped(bad_flows: pl.DataFrame, others: pl.DataFrame) -> pl.DataFrame:
 def _events(x: pa.Table, x_args: tuple[msgspec.Raw, ...]) -> tuple[pa.Table, list[tuple[int, str]]]:
     """The ph X rows' table: their columns, typed args columns and kind."""
     args, problems = decode_args(x_args, all_present=x.column("args").null_count == 0)
-    arg_cols = dict(zip(ARGS_FIELDS, zip(*map(msgspec.structs.astuple, args)))) if args else {f: () for f in ARGS_FIELDS}
+    arg_cols = (dict(zip(ARGS_FIELDS, zip(*map(msgspec.structs.astuple, args)))) if args
+                else {f: () for f in ARGS_FIELDS})
     del args
     n = len(x_args)
     zeros = pa.py_buffer(bytes(8 * (n + 1)))  # calloc'd: costs no memory until read
@@ -821,7 +827,8 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
     def rank_of_pid(table: pa.Table) -> pa.Array:
         if not pid_rank:
             return pa.array(np.full(table.num_rows, rank, dtype=np.int32))
-        return pl.from_arrow(table.column("pid")).replace_strict(pid_rank, default=rank, return_dtype=pl.Int32).to_arrow()
+        ranks = pl.from_arrow(table.column("pid")).replace_strict(pid_rank, default=rank, return_dtype=pl.Int32)
+        return ranks.to_arrow()
 
     def with_rank(table: pa.Table, name: str) -> pa.Table:
         ranks = rank_of_pid(table)

@@ -1,4 +1,4 @@
--- question: How much did each measure change from the baseline to the candidate, and is the change beyond run-to-run noise?
+-- question: How much did each measure change from baseline to candidate, and is the change beyond run-to-run noise?
 -- inputs: base_measures, cand_measures, metric_specs, coverage, settings
 -- columns:
 --   key: struct of the section's key columns
@@ -11,8 +11,9 @@
 --   noise: smallest |delta| that is called a change, in the metric's unit
 --   verdict: added, removed, slower, faster, unchanged; null for measures with no better direction (counts)
 -- notes: Standard error of a side's value from its per-step spread sd over n steps: sum over steps sd*sqrt(n),
---   mean sd/sqrt(n), median 1.2533*sd/sqrt(n) (for the median, tracekit passes a robust sd: 1.4826 * MAD). A side without a spread borrows the other side's sd (the same
---   configuration is assumed to be as noisy). With a spread: noise = max(t * sqrt(se_base^2 + se_cand^2),
+--   mean sd/sqrt(n), median 1.2533*sd/sqrt(n) (for medians and step breakdowns tracekit passes a robust sd:
+--   1.4826 * MAD). A side without a spread borrows the other side's sd (the same configuration is assumed to be as
+--   noisy). With a spread: noise = max(t * sqrt(se_base^2 + se_cand^2),
 --   floor_percent of the larger value, the metric's absolute floor), where t is the Student t quantile with the
 --   Welch-Satterthwaite degrees of freedom at the two-sided tail probability of k normal sigmas (k = 3: 0.27%), so
 --   that few steps (a poorly known spread) do not multiply false verdicts; t -> k as the steps grow (6 steps per

@@ -21,7 +21,8 @@ overall as (
 moments as (select * from per_rank union all select * from overall)
 select t.key, t.rank, t.metric, t.value::double as value,
        case when n.steps >= 2
-            then sqrt(greatest(0, (coalesce(m.s2, 0) - coalesce(m.s1, 0) ^ 2 / n.steps) / (n.steps - 1))) end as spread_sd,
+            then sqrt(greatest(0, (coalesce(m.s2, 0) - coalesce(m.s1, 0) ^ 2 / n.steps) / (n.steps - 1)))
+       end as spread_sd,
        n.steps as spread_n
 from totals t
 left join moments m on m.key is not distinct from t.key and m.rank is not distinct from t.rank and m.metric = t.metric

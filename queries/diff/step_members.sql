@@ -4,11 +4,12 @@
 --   rank: rank
 --   id: events.id
 --   step: N of the `ProfilerStep#N` range the event belongs to
--- notes: A host-side event belongs to the CPU `ProfilerStep#N` range (kind user_annotation) of its rank that contains
---   its start, whatever its thread (autograd threads included); older traces record the range as a cpu_op. A GPU op belongs to the step of the call that
---   launched it, so work launched in step N and run after the range ends still counts for step N; GPU ops with no
---   launcher in the trace (queued before the window) belong to no step. Events outside every range are left out.
---   tracekit diff splits each side into one pseudo-rank per step with this, to rerun analyses per step.
+-- notes: A host-side event belongs to the CPU `ProfilerStep#N` range (kind user_annotation; a cpu_op in older
+--   traces) of its rank that contains its start, whatever its thread (autograd threads included). A GPU op belongs
+--   to the step of the call that launched it, so work launched in step N and run after the range ends still counts
+--   for step N; GPU ops with no launcher in the trace (queued before the window) belong to no step. Events outside
+--   every range are left out. tracekit diff splits each side into one pseudo-rank per step with this, to rerun
+--   analyses per step.
 with step_ranges as (
     select rank, cast(regexp_extract(name, '#(\d+)', 1) as bigint) as step, ts as start_ns, ts + dur as end_ns
     from events
