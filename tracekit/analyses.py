@@ -36,12 +36,17 @@ from .tables import TraceTables
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def queries_dir() -> Path:
-    """`queries/` beside the package in a checkout, or the copy inside an installed wheel."""
-    for candidate in (PACKAGE_DIR.parent / "queries", PACKAGE_DIR / "_queries"):
+def data_dir(name: str) -> Path:
+    """Top-level folder NAME (queries, reports) beside the package in a checkout, or the `_NAME` copy inside an
+    installed wheel (pyproject's force-include)."""
+    for candidate in (PACKAGE_DIR.parent / name, PACKAGE_DIR / f"_{name}"):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError("queries/ not found next to the tracekit package")
+    raise FileNotFoundError(f"{name}/ not found next to the tracekit package")
+
+
+def queries_dir() -> Path:
+    return data_dir("queries")
 
 
 @dataclass(frozen=True)

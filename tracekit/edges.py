@@ -13,7 +13,6 @@ Every join key includes rank, so merged multi-rank input (whose correlation ids 
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa

@@ -22,22 +22,18 @@ from pathlib import Path
 import polars as pl
 
 from . import analyses
+from .analyses import data_dir
 from .errors import InputError
 from .tables import TraceTables
 from .xlsx import Block, Chart, Column, MoreColumns, NameRule, NumberFormat, Sheet, Style, shape_rows, write_workbook
 
-PACKAGE_DIR = Path(__file__).resolve().parent
 WORKBOOKS = ("rank", "ranks")  # reports/NAME.toml, in the order they are written
 
 Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
 
 
 def reports_dir() -> Path:
-    """`reports/` beside the package in a checkout, or the copy inside an installed wheel."""
-    for candidate in (PACKAGE_DIR.parent / "reports", PACKAGE_DIR / "_reports"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("reports/ not found next to the tracekit package")
+    return data_dir("reports")
 
 
 @dataclass(frozen=True)

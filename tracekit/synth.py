@@ -17,7 +17,6 @@ nanoseconds.
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import math
@@ -25,7 +24,6 @@ import random
 import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -33,6 +31,7 @@ from typing import NamedTuple
 import msgspec
 
 from .errors import InputError
+from .ingest import gc_paused
 
 GROUND_TRUTH_FILE = "ground_truth.json"
 MERGED_DIR = "merged"  # beside the rank files it would claim their ranks twice in a directory ingest
@@ -938,18 +937,6 @@ class Synthesis:
     model: Model
     documents: list[dict]
     ground_truth: dict
-
-
-@contextmanager
-def gc_paused():
-    """Millions of new dicts, none of them garbage: the cyclic collector would only rescan them (30-40% of the time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def synthesize(config: SynthConfig) -> Synthesis:
