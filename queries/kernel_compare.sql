@@ -20,26 +20,7 @@ values_by_rank as (
     left join (select rank, kernel_name as name, category, sum(total_us) / 1e3 as kernel_ms
                from kernel_summary group by rank, kernel_name, category) s
       on s.rank = r.rank and s.name = o.name and s.category is not distinct from o.category
-),
-stats as (
-    select name, category, sum(value) as total_ms, min(value) as min_ms, median(value) as median_ms,
-           max(value) as max_ms, (max(value) - min(value)) / nullif(median(value), 0) * 100 as spread_percent
-    from values_by_rank group by name, category
-),
-outliers as (
-    select v.name, v.category, arg_max(v.rank, (abs(v.value - s.median_ms), -v.rank)) as outlier_rank,
-           max(abs(v.value - s.median_ms)) as deviation
-    from values_by_rank v join stats s on s.name = v.name and s.category is not distinct from v.category
-    group by v.name, v.category
-),
-by_rank as (
-    select name, category, list(value order by rank) as by_rank, list(rank order by rank) as ranks_listed
-    from values_by_rank group by name, category
 )
-select s.name as kernel_name, s.category, s.total_ms, s.min_ms, s.median_ms, s.max_ms, s.spread_percent,
-       case when o.deviation > 0 then o.outlier_rank end as outlier_rank,
-       p.by_rank, p.ranks_listed
-from stats s
-join outliers o on o.name = s.name and o.category is not distinct from s.category
-join by_rank p on p.name = s.name and p.category is not distinct from s.category
-order by s.total_ms desc, kernel_name, s.category
+select name as kernel_name, * exclude (name)
+from spread_across_ranks(values_by_rank)
+order by total_ms desc, name, category
