@@ -22,8 +22,10 @@ from .errors import InputError
 from .graph import graph_writer, write_graph
 from .loader import find_trace_files, is_dataset, load, write_dataset
 
-stderr = Console(stderr=True)
-stdout = Console()
+# soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
+# squeezed into rich's default 80 columns.
+stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 240)
+stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
 
 
 def user_errors(fn):
