@@ -149,3 +149,25 @@ create or replace macro step_or_trace_windows() as table
                    'memset')
       and rank not in (select rank from sw_steps)
     group by rank;
+
+-- step_events(of_step): the events of step N on every rank that has it: host events starting inside the CPU step
+-- window, the GPU ops (and their gpu_annotations) launched by those, and GPU ops without a launch call in the trace
+-- that start inside the step's GPU window (its CPU window where it has none). Columns: rank, id.
+create or replace macro step_events(of_step) as table
+    with w as (select * from step_windows() where step = of_step),
+    host as (
+        select e.rank, e.id from events e join w on w.rank = e.rank
+        where e.kind not in ('kernel', 'memcpy', 'memset', 'gpu_annotation')
+          and e.ts >= w.start_ns and e.ts < w.end_ns
+    ),
+    launched as (
+        select l.rank, l.dst as id from edges l semi join host h on h.rank = l.rank and h.id = l.src
+        where l.kind = 'launch'
+    ),
+    unlaunched as (
+        select g.rank, g.id from events g join w on w.rank = g.rank
+        where g.kind in ('kernel', 'memcpy', 'memset', 'gpu_annotation')
+          and g.ts >= coalesce(w.gpu_start_ns, w.start_ns) and g.ts < coalesce(w.gpu_end_ns, w.end_ns)
+          and not exists (select 1 from edges l where l.kind = 'launch' and l.rank = g.rank and l.dst = g.id)
+    )
+    select * from host union select * from launched union select * from unlaunched;

@@ -338,17 +338,19 @@ def run_cli(*args):
 def test_cli_sql_run_and_list(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps({"traceEvents": CONSTRUCTED}))
-    listed = run_cli("analyses")
+    listed = run_cli("queries")
     assert listed.returncode == 0 and "gpu_timeline" in listed.stdout and "GEMM" in listed.stdout
     out = tmp_path / "kinds.parquet"
-    result = run_cli("sql", str(path), "select kind, count(*) n from events group by kind order by kind",
-                     "--parquet", str(out))
+    result = run_cli("sql", "select kind, count(*) n from events group by kind order by kind", str(path),
+                     "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert dict(pl.read_parquet(out).iter_rows())["kernel"] == 6
-    result = run_cli("run", "gpu_timeline", str(path), "--csv", str(tmp_path / "t.csv"))
-    assert result.returncode == 0 and "exposed_communication" in result.stdout
+    printed = run_cli("run", "gpu_timeline", str(path))
+    assert printed.returncode == 0 and "exposed_communication" in printed.stdout
+    result = run_cli("run", "gpu_timeline", str(path), "-o", str(tmp_path / "t.csv"))
+    assert result.returncode == 0, result.stderr
     assert pl.read_csv(tmp_path / "t.csv").height == 9
-    bad = run_cli("sql", str(path), "select no_such_column from events")
+    bad = run_cli("sql", "select no_such_column from events", str(path))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no_such_column" in bad.stderr
     unknown = run_cli("run", "no_such_analysis", str(path))
     assert unknown.returncode == 2 and "gpu_timeline" in unknown.stderr

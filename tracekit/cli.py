@@ -6,26 +6,28 @@ User errors (InputError) print one line and exit with code 2; nothing else is ca
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
 import click
-import duckdb
 import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from . import analyses, diff, schema
 from . import synth as synthetic
+from .database import from_tables, open_traces
 from .errors import InputError
 from .graph import graph_writer, write_graph
 from .loader import find_trace_files, is_dataset, load, write_dataset
+from .output import FORMATS, choose_format, print_frame, write_frame
+from .sql_shell import queries_frame, run_shell
 
 # soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
 # squeezed into rich's default 80 columns.
-stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 240)
-stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() or "COLUMNS" in os.environ else 240)
+stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240)
 
 
 def user_errors(fn):
@@ -206,92 +208,94 @@ def schema_command(markdown):
     click.echo(schema.markdown(), nl=False)
 
 
-def print_frame(frame: pl.DataFrame, max_rows: int, title: str | None = None) -> None:
-    """A result as a rich table: the first `max_rows` rows, and how many there were."""
-    table = Table(title=title, show_lines=False, header_style="bold")
-    for name, dtype in frame.schema.items():
-        table.add_column(name, justify="right" if dtype.is_numeric() else "left", overflow="fold")
-    for row in frame.head(max_rows).iter_rows():
-        table.add_row(*(format_cell(v) for v in row))
-    stdout.print(table)
-    if frame.height > max_rows:
-        stdout.print(f"[dim]{max_rows} of {frame.height:,} rows shown (--max-rows, or --csv/--parquet for all)[/dim]")
-
-
-def format_cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):  # 4 decimals, or 4 significant digits below 1
-        return f"{value:,.4f}" if abs(value) >= 1 else f"{value:.4g}"
-    return str(value)
-
-
-def save_frame(frame: pl.DataFrame, csv_path: Path | None, parquet_path: Path | None) -> None:
-    if csv_path and parquet_path:
-        raise InputError("--csv and --parquet: give one of them")
-    if parquet_path:
-        frame.write_parquet(parquet_path)
-    elif csv_path:
-        nested = [n for n, t in frame.schema.items() if t.is_nested()]
-        if nested:
-            raise InputError(f"{csv_path}: CSV cannot hold the list/struct columns {nested}; use --parquet")
-        frame.write_csv(csv_path)
-    else:
-        return
-    stderr.print(f"wrote {parquet_path or csv_path}: {frame.height:,} rows")
-
-
 def output_options(fn):
-    fn = click.option("--parquet", "parquet_path", type=click.Path(path_type=Path),
-                      help="Write all rows to a Parquet file.")(fn)
-    fn = click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write all rows to a CSV file.")(fn)
-    return click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print.")(fn)
+    fn = click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+                      help="Write all rows to FILE (format from --format, else from the suffix: .csv, .json, "
+                           ".ndjson, .parquet). Without it, the result goes to standard output.")(fn)
+    fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                      help="table (aligned, the default on standard output), csv, json (an array of row objects), "
+                           "ndjson or parquet.")(fn)
+    return click.option("-n", "--max-rows", type=int, default=40, show_default=True,
+                        help="Rows to print as a table.")(fn)
+
+
+def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: int, inputs, title=None) -> None:
+    fmt = choose_format(fmt, out_path)
+    if fmt == "table":
+        print_frame(stdout, frame, max_rows, title)
+        return
+    write_frame(frame, fmt, out_path, [Path(i) for i in inputs])
+    if out_path is not None:
+        stderr.print(f"wrote {out_path}: {frame.height:,} rows")
 
 
 @main.command(name="sql")
-@click.argument("trace")
-@click.argument("query")
+@click.argument("query_and_inputs", nargs=-1, required=True, metavar="[QUERY] INPUT...")
+@click.option("-f", "--file", "query_file", type=click.Path(path_type=Path), default=None,
+              help="Read the query from FILE (then every argument is an input).")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @output_options
 @user_errors
-def sql_command(trace, query, max_rows, csv_path, parquet_path):
-    """Run SQL over the tables of TRACE (a trace file, a directory of ranks, or an ingested dataset).
+def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
+    """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
+    place). Without a QUERY, a prompt where each line is a query (from a pipe: each line of standard input).
 
+    \b
     Tables: events, edges, instants, flows, threads, processes, ranks, diagnostics, et_nodes, et_tensors
-    (see `tracekit schema`); the macros of queries/_*.sql (op_category, op_calls(), gpu_ops(), ...) are defined.
+    (`tracekit schema`). Each analysis is a view of its name (`tracekit queries`): select * from op_summary.
+    Macros: ancestors(rank, id), descendants(rank, id), overlapping(rank, id), step_events(step), gpu_ops(),
+    op_calls(), step_windows(), op_category(name, memory_only), ... (.macros at the prompt).
     """
-    tables = load_with_progress((trace,))
-    try:
-        frame = analyses.sql(tables, query)
-    except duckdb.Error as exc:
-        raise InputError(f"SQL: {' '.join(str(exc).split())}") from None
-    save_frame(frame, csv_path, parquet_path)
-    print_frame(frame, max_rows)
+    query, inputs = split_query(query_and_inputs, query_file)
+    if not inputs:
+        raise InputError("give at least one INPUT (trace file, directory of ranks, or ingested dataset)")
+    choose_format(fmt, out_path)  # a bad --format/-o is refused before the traces are read
+    with open_database(inputs, rank) as db:
+        if query is None:
+            sys.exit(run_shell(db, stdout, max_rows))
+        emit(db.sql(query), fmt, out_path, max_rows, inputs)
 
 
-@main.command(name="analyses")
-def analyses_command():
-    """List the analyses (queries/*.sql) and the question each answers."""
-    table = Table(header_style="bold")
-    table.add_column("name")
-    table.add_column("question")
-    for name in analyses.available():
-        table.add_row(name, analyses.load_query(name).question)
-    stdout.print(table)
+def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | None, list[str]]:
+    """(query, inputs): the first argument is the query unless it names an existing file or folder."""
+    if query_file is not None:
+        try:
+            return query_file.read_text(), list(args)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{query_file}: cannot read the query ({getattr(exc, 'strerror', None) or exc})") from None
+    if Path(args[0]).exists():
+        return None, list(args)
+    return args[0], list(args[1:])
+
+
+def open_database(inputs: list[str], rank: int | None = None):
+    if len(inputs) == 1 and Path(inputs[0]).is_dir() and is_dataset(Path(inputs[0])):
+        return open_traces(inputs)
+    return from_tables(load_with_progress(tuple(inputs), rank), ", ".join(inputs))
+
+
+@main.command(name="queries")
+def queries_command():
+    """List the analyses (queries/*.sql) and the question each answers; each is a view in `tracekit sql`."""
+    print_frame(stdout, queries_frame(), 1000)
 
 
 @main.command(name="run")
 @click.argument("name")
 @click.argument("traces", nargs=-1, required=True)
+@click.option("--only-rank", "only_ranks", type=int, multiple=True,
+              help="Run over this rank only (repeatable: several ranks).")
+@click.option("--step", type=int, default=None, help="Run over training step N only (ProfilerStep#N of each rank).")
 @output_options
 @user_errors
-def run_command(name, traces, max_rows, csv_path, parquet_path):
-    """Print the result of analysis NAME (see `tracekit analyses`) over TRACES."""
+def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
+    """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""
     if name not in analyses.available():
         raise InputError(f"{name}: no such analysis (one of: {', '.join(analyses.available())})")
-    tables = load_with_progress(traces)
-    frame = analyses.run(tables, name)
-    save_frame(frame, csv_path, parquet_path)
-    print_frame(frame, max_rows, title=f"{name}: {analyses.load_query(name).question}")
+    choose_format(fmt, out_path)
+    with open_database(list(traces)) as db:
+        frame = db.query(name, rank=list(only_ranks) or None, step=step)
+    emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {analyses.load_query(name).question}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from .tables import TraceTables
 TRACE_SUFFIXES = (".json", ".json.gz")
 NOT_TRACES = ("ground_truth.json",)  # written beside its traces by `tracekit synth`; skipped in directory scans
 DATASET_MARKER = "_tracekit.json"
-FORMAT_VERSION = 1
 
 Progress = Callable[[Path, int], None]  # called after each file with (path, bytes read)
 
@@ -143,23 +142,49 @@ def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> li
     except OSError as exc:
         raise InputError(f"{out_dir}: cannot create directory ({exc.strerror})") from None
     written: list[Path] = []
+    # In each Parquet footer too, for readers that never see the marker file
+    version = {b"tracekit.table": b"", b"tracekit.schema_version": str(schema.SCHEMA_VERSION).encode()}
     for name, table in tables.items():
         if table.num_rows == 0:
             continue
         table_dir = out_dir / name
         ds.write_dataset(
-            table, table_dir, format="parquet", partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive"),
+            table.replace_schema_metadata({**version, b"tracekit.table": name.encode()}), table_dir, format="parquet", partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive"),
             basename_template="part-{i}.parquet", existing_data_behavior="overwrite_or_ignore",
             file_visitor=lambda f: written.append(Path(f.path)),
         )
-    manifest = {"format": "tracekit", "version": FORMAT_VERSION,
+    manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION, "schema_fingerprint": schema.fingerprint(),
                 "tables": {name: t.num_rows for name, t in tables.items()},
                 "ranks": tables.rank_list}
     (out_dir / DATASET_MARKER).write_text(json.dumps(manifest, indent=1))
     return written
 
 
+def check_dataset(path: Path) -> dict:
+    """The dataset's marker, after checking it was written with this tracekit's schema version."""
+    marker = path / DATASET_MARKER
+    try:
+        manifest = json.loads(marker.read_text())
+        version = manifest["schema_version"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raise InputError(f"{marker}: not a readable tracekit dataset marker (no schema_version); "
+                         "ingest the traces again with `tracekit ingest`") from None
+    if version != schema.SCHEMA_VERSION:
+        advice = ("ingest the traces again with this tracekit (`tracekit ingest TRACES -o DIR --force`)"
+                  if isinstance(version, int) and version < schema.SCHEMA_VERSION else "upgrade tracekit to read it")
+        raise InputError(f"{path}: dataset written with tracekit schema version {version}, this tracekit reads "
+                         f"version {schema.SCHEMA_VERSION}: {advice}")
+    return manifest
+
+
+def dataset_table_files(path: Path, name: str) -> list[Path]:
+    """The Parquet files of table NAME in a dataset (none when the table had no rows)."""
+    return sorted((path / name).glob("rank=*/*.parquet"))
+
+
 def read_dataset(path: Path) -> TraceTables:
+    path = Path(path)
+    check_dataset(path)
     loaded = {}
     for name in TraceTables.names():
         table_dir = path / name

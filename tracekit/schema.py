@@ -8,6 +8,7 @@ every table carries `rank`, and every key includes it.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -259,6 +260,19 @@ KINDS = {
 }
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
+
+
+# The version of these tables as written to a Parquet dataset (`tracekit ingest`): readers elsewhere rely on it.
+# Any change to a table or column name or type must add a version here with the new fingerprint (a test checks),
+# and datasets written under another version are refused with a message saying to ingest again.
+SCHEMA_VERSION = 1
+FINGERPRINTS = {1: "4778422c53bf"}
+
+
+def fingerprint() -> str:
+    """A short hash of every table's column names and types, in order."""
+    text = "\n".join(f"{t.name}.{c.name}:{c.type}" for t in TABLES.values() for c in t.columns)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def empty(table: str) -> pa.Table:
