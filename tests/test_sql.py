@@ -117,7 +117,8 @@ def test_analyses_are_views_and_queries_can_be_scoped(dlrm_dataset, dlrm_raw):
                         "where s.name = 'aten::mm'")
         whole = db.query("kernel_summary")
         rank3 = db.query("kernel_summary", rank=3)
-    raw_mm = {rank: sum(e.name == "aten::mm" and e.cat == "cpu_op" for e in raw.events) for rank, raw in dlrm_raw.items()}
+    raw_mm = {rank: sum(e.name == "aten::mm" and e.cat == "cpu_op" for e in raw.events)
+              for rank, raw in dlrm_raw.items()}
     assert dict(joined.iter_rows()) == {r: n for r, n in raw_mm.items() if n}
     assert set(rank3["rank"]) == {3}
     # the same rows either way (floats to rounding: DuckDB sums in thread order)

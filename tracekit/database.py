@@ -170,7 +170,8 @@ ANALYSES_AS_VIEWS = {name for name in analyses.available()
                      if set(analyses.load_query(name).inputs) <= set(TraceTables.names()) | set(analyses.available())}
 
 
-def define_analysis_view(con: duckdb.DuckDBPyConnection, name: str, defined: set[str], problems: dict[str, str]) -> None:
+def define_analysis_view(con: duckdb.DuckDBPyConnection, name: str, defined: set[str],
+                         problems: dict[str, str]) -> None:
     """Create the view NAME over the analysis's query, after the views of the analyses it reads."""
     if name in defined or name in problems:
         return

@@ -41,7 +41,8 @@ def encode(frame: pl.DataFrame, fmt: str) -> bytes:
     if fmt == "csv":
         nested = [n for n, t in frame.schema.items() if t.is_nested()]
         if nested:
-            raise InputError(f"CSV cannot hold the list/struct columns {', '.join(nested)}; use --format json or parquet")
+            raise InputError(f"CSV cannot hold the list/struct columns {', '.join(nested)}; "
+                             "use --format json or parquet")
         return frame.write_csv().encode()
     buffer = io.BytesIO()
     if fmt == "json":
@@ -76,7 +77,7 @@ def write_file_atomically(out: Path, data: bytes, inputs: list[Path] = ()) -> No
     if out.is_dir():
         raise InputError(f"{out}: is a directory")
     try:
-        handle, temp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", prefix=f".{out.name}.", suffix=".tmp")
+        handle, temp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     except OSError as exc:
         raise InputError(f"{out}: cannot write there ({exc.strerror})") from None
     try:
