@@ -134,6 +134,8 @@ def test_a_step_scope_keeps_the_work_of_that_step():
         scoped = db.scoped(step=step)
         got = scoped.sql("select count(*) from events where kind = 'cpu_op'").item()
         timeline = scoped.query("steps")
+        with pytest.raises(InputError, match=r"step 999: no ProfilerStep#999 on any rank \(steps there: "):
+            db.scoped(step=999)
     want = sum(e.cat == "cpu_op" and start <= e.ts < end for e in raw.events)
     assert got == want > 0
     assert timeline["step"].to_list() == [step]

@@ -97,6 +97,11 @@ class TraceDatabase:
         where_rank = "true" if ranks is None else f"rank in ({', '.join(str(int(r)) for r in ranks)})"
         con = self.con
         if step is not None:
+            steps = con.sql(f"select distinct step from step_windows() where {where_rank} order by step").fetchall()
+            if (int(step),) not in steps:
+                where = "the ranks asked for" if ranks else "any rank"
+                raise InputError(f"step {step}: no ProfilerStep#{step} on {where} "
+                                 f"(steps there: {', '.join(str(s) for s, in steps) or 'none'})")
             con.execute(f"create or replace temp table scope_events as "
                         f"select rank, id from step_events({int(step)}) where {where_rank}")
             con.execute(f"create or replace temp table scope_windows as "
@@ -123,7 +128,7 @@ class TraceDatabase:
         return TraceTables().with_tables(**{name: self.arrow(name) for name in TraceTables.names()})
 
     def _known(self, name: str) -> str:
-        if name not in TraceTables.names() and name not in analyses.available():
+        if name not in TraceTables.names() and name not in ANALYSES_AS_VIEWS:
             raise InputError(f"{name}: no such table or analysis (tables: {', '.join(TraceTables.names())}; "
                              "analyses: `tracekit queries`)")
         return name
