@@ -135,11 +135,15 @@ def read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: is a directory") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
+    if not data:
+        raise InputError(f"{path}: empty file (0 bytes)")
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"{path}: corrupt gzip data ({exc})") from None
+        if not data:
+            raise InputError(f"{path}: empty once gunzipped (0 bytes of JSON)")
     return data
 
 
@@ -894,7 +898,7 @@ def _ranks_table(parts: TraceParts, source: str, rank_source: str, n: int, event
     ranks = pl.from_arrow(events.column("rank")).unique().sort().to_list() or [None]
     rows = []
     for r in ranks:
-        used = gpu.filter(pl.col("rank") == r)["device"].mode().sort().to_list()
+        used = gpu.filter(pl.col("rank").eq_missing(r))["device"].mode().sort().to_list()
         rows.append(dict(
             rank=r, source_file=source, rank_source="event_args" if len(ranks) > 1 else rank_source,
             world_size=info.get("world_size") if isinstance(info.get("world_size"), int) else None,
