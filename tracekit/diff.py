@@ -20,7 +20,6 @@ repeat a child's change in every ancestor and count time blocked in a synchronis
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import duckdb
 import polars as pl
 
 from . import analyses, report, xlsx
+from .atomic import replacing_file
 from .errors import InputError
 from .tables import TraceTables
 
@@ -666,9 +666,8 @@ def write_workbook(result: DiffResult, path: Path, force: bool = False) -> list[
         raise InputError(f"{path.parent}: no such directory")
     problems: list[str] = []
     sheets = report.sheets_for(report.workbook_spec("diff"), result.workbook_frames(), {}, problems)
-    scratch = path.with_name(f".{path.name}.partial")
-    problems += xlsx.write_workbook(scratch, sheets, report.style())
-    os.replace(scratch, path)
+    with replacing_file(path) as temp:
+        problems += xlsx.write_workbook(temp, sheets, report.style())
     return problems
 
 
