@@ -21,6 +21,7 @@ from . import synth as synthetic
 from .errors import InputError
 from .graph import graph_writer, write_graph
 from .loader import find_trace_files, is_dataset, load, write_dataset
+from .outputs import refuse_input_dir, refuse_input_file, write_output_file
 
 stderr = Console(stderr=True)
 stdout = Console()
@@ -69,6 +70,7 @@ def main():
 @user_errors
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    refuse_input_dir(out_dir, traces)
     tables = load_with_progress(traces, rank)
     write_dataset(tables, out_dir, force=force)
     counts = ", ".join(f"{name} {t.num_rows:,}" for name, t in tables.items() if t.num_rows)
@@ -102,8 +104,10 @@ def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, o
         diff.parse_metric_name(metric)
     except LookupError as exc:
         raise InputError(f"--metric {exc}") from None
-    if out_path is not None and out_path.exists() and not force:
-        raise InputError(f"{out_path}: exists (use --force to replace it)")
+    if out_path is not None:
+        refuse_input_file(out_path, (baseline, candidate))
+        if out_path.exists() and not force:
+            raise InputError(f"{out_path}: exists (use --force to replace it)")
     # One run's tables at a time: each is summarised (its analyses run) before the next is read.
     sides = [diff.summarize(load_with_progress((path,)), Path(path).name) for path in (baseline, candidate)]
     result = diff.compare(*sides, threshold=threshold, k=k)
@@ -137,10 +141,12 @@ def signed_percent(value: float | None) -> str:
 @user_errors
 def report(traces, out_dir, rank, force):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
-    from .report import check_out_dir, run_analyses, write_reports
+    from .report import check_out_dir, existing_workbooks, run_analyses, write_reports
     from .summary import QUERIES, print_summary, progress_bar
 
     check_out_dir(out_dir, force)
+    for workbook in existing_workbooks(out_dir) if out_dir.is_dir() else ():  # replaced or removed with --force
+        refuse_input_file(workbook, traces)
     tables = load_with_progress(traces, rank)
     problems: list[str] = []
     with progress_bar(stderr) as progress:
@@ -191,6 +197,7 @@ def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (events overlapping it, edges among them)."""
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
+        refuse_input_file(out, traces)
     tables = load_with_progress(traces, rank)
     for out in outs:
         graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
@@ -224,16 +231,16 @@ def format_cell(value) -> str:
     return str(value)
 
 
-def save_frame(frame: pl.DataFrame, csv_path: Path | None, parquet_path: Path | None) -> None:
+def save_frame(frame: pl.DataFrame, csv_path: Path | None, parquet_path: Path | None, inputs: tuple[str, ...]) -> None:
     if csv_path and parquet_path:
         raise InputError("--csv and --parquet: give one of them")
     if parquet_path:
-        frame.write_parquet(parquet_path)
+        write_output_file(parquet_path, frame.write_parquet, inputs)
     elif csv_path:
         nested = [n for n, t in frame.schema.items() if t.is_nested()]
         if nested:
             raise InputError(f"{csv_path}: CSV cannot hold the list/struct columns {nested}; use --parquet")
-        frame.write_csv(csv_path)
+        write_output_file(csv_path, frame.write_csv, inputs)
     else:
         return
     stderr.print(f"wrote {parquet_path or csv_path}: {frame.height:,} rows")
@@ -262,7 +269,7 @@ def sql_command(trace, query, max_rows, csv_path, parquet_path):
         frame = analyses.sql(tables, query)
     except duckdb.Error as exc:
         raise InputError(f"SQL: {' '.join(str(exc).split())}") from None
-    save_frame(frame, csv_path, parquet_path)
+    save_frame(frame, csv_path, parquet_path, (trace,))
     print_frame(frame, max_rows)
 
 
@@ -288,7 +295,7 @@ def run_command(name, traces, max_rows, csv_path, parquet_path):
         raise InputError(f"{name}: no such analysis (one of: {', '.join(analyses.available())})")
     tables = load_with_progress(traces)
     frame = analyses.run(tables, name)
-    save_frame(frame, csv_path, parquet_path)
+    save_frame(frame, csv_path, parquet_path, traces)
     print_frame(frame, max_rows, title=f"{name}: {analyses.load_query(name).question}")
 
 
