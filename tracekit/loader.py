@@ -167,7 +167,7 @@ def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> li
     with created_dir(out_dir.parent), replacing_dir(out_dir) as building:
         for name, table in tables.items():
             if table.num_rows:
-                written += write_partitions(table, building / name)
+                written += write_partitions(in_key_order(name, table), building / name)
         manifest = {"format": "tracekit", "version": FORMAT_VERSION,
                     "tables": {name: t.num_rows for name, t in tables.items()},
                     "ranks": tables.rank_list}
@@ -175,11 +175,20 @@ def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> li
     return [out_dir / p.relative_to(building) for p in written]
 
 
+def in_key_order(name: str, table: pa.Table) -> pa.Table:
+    """Rows sorted by the table's key, then by its other columns: the same rows give the same file whatever order
+    they came in (edges and diagnostics come from multi-threaded DuckDB queries in no fixed order)."""
+    key = schema.TABLES[name].key
+    ties = [f.name for f in table.schema if f.name not in key and not pa.types.is_nested(f.type)]
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in (*key, *ties)])
+    return table.take(order)
+
+
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # what hive-style readers take for a null partition value
 
 
 def write_partitions(table: pa.Table, table_dir: Path) -> list[Path]:
-    """One Parquet file per rank (rows in table order, `rank` in the directory name only).
+    """One Parquet file per rank (rows in the table's order, `rank` in the directory name only).
 
     pyarrow.dataset.write_dataset is not used: its background writer threads can abort the interpreter at exit
     (apache/arrow#36980) and it may write rows in any order.
