@@ -180,3 +180,14 @@ def test_bad_input_in_a_real_process(input_name, bad_inputs, good_trace, tmp_pat
         assert "Traceback" not in result.stderr
         check_one_error_line(result.stderr, bad)
         assert list(out.iterdir()) == [], "nothing written"
+
+
+def test_files_without_events_beside_a_trace_are_ranks_without_events(good_trace, tmp_path):
+    """Only an input with no events at all is refused; an empty rank file among others keeps its rank."""
+    (tmp_path / "rank0.json").write_bytes(good_trace.read_bytes())
+    (tmp_path / "rank1.json").write_text('{"traceEvents": []}')
+    (tmp_path / "stray.json").write_text("[1, 2]")
+    tables = tracekit.load(tmp_path)
+    assert tables.polars("ranks").select("rank", "rank_source").rows() == [
+        (0, "distributedInfo"), (1, "file_name"), (2, "file_order")]
+    assert tables.polars("diagnostics").filter(source_file=str(tmp_path / "stray.json"))["dropped"].sum() == 2
