@@ -40,8 +40,10 @@ def refuse_input_file(output: Path, inputs: Iterable[str | Path]) -> None:
     files of an input directory), or anything inside an input dataset."""
     output = Path(output)
     for p in input_files(inputs):
-        if same_file(output, p) or (is_dataset(p) and is_inside(output, p)):
-            raise InputError(f"{output}: is an input ({p}); write the output elsewhere")
+        if same_file(output, p):
+            raise InputError(f"{output}: is an input; write the output elsewhere")
+        if is_dataset(p) and is_inside(output, p):
+            raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
 
 
 def refuse_input_dir(output: Path, inputs: Iterable[str | Path]) -> None:
@@ -49,8 +51,12 @@ def refuse_input_dir(output: Path, inputs: Iterable[str | Path]) -> None:
     or lies inside an input dataset."""
     output = Path(output)
     for p in input_files(inputs):
-        if is_inside(p, output) or (is_dataset(p) and is_inside(output, p)):
+        if same_file(output, p):
+            raise InputError(f"{output}: is an input; write the output elsewhere")
+        if is_inside(p, output):
             raise InputError(f"{output}: holds the input {p}; write the output elsewhere")
+        if is_dataset(p) and is_inside(output, p):
+            raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
 
 
 def write_output_file(path: str | Path, write: Callable[[Path], object], inputs: Iterable[str | Path] = (),
