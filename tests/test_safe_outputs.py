@@ -120,7 +120,7 @@ def test_dataset_failing_half_way_leaves_nothing_and_the_old_dataset_whole(table
 def test_replacing_a_dataset_leaves_none_of_its_files(tables, tmp_path):
     """A 2-rank dataset replaced by a 1-rank one: no rank=1 partition may survive."""
     tracekit.write_dataset(tables, tmp_path / "ds")
-    one_rank = tracekit.load(sorted(tables.ranks.column("source_file").to_pylist())[0])
+    one_rank = tracekit.load(min(tables.ranks.column("source_file").to_pylist()))
     tracekit.write_dataset(one_rank, tmp_path / "ds", force=True)
     assert not list((tmp_path / "ds").rglob("rank=1"))
     assert tracekit.load(tmp_path / "ds").rank_list == [0]

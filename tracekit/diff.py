@@ -422,9 +422,10 @@ def collective_measures(con, side: Side, section: Section) -> pl.DataFrame:
     per_step = side.per_step.get("collectives")
     sums = additive_measures(con, section, per_key(calls, ["rank"]),
                              per_key(per_step, ["rank", "step"]) if per_step is not None else None, side.step_counts)
-    spread = dict(value=pl.col("busbw_gbps").mean(), spread_sd=pl.col("busbw_gbps").std(), spread_n=pl.len())
-    bandwidth = [calls.group_by(section.keys, maintain_order=True).agg(rank=pl.lit(None, pl.Int32), **spread),
-                 calls.group_by("rank", *section.keys, maintain_order=True).agg(**spread)]
+    spread = [pl.col("busbw_gbps").mean().alias("value"), pl.col("busbw_gbps").std().alias("spread_sd"),
+              pl.len().alias("spread_n")]
+    bandwidth = [calls.group_by(section.keys, maintain_order=True).agg(*spread, rank=pl.lit(None, pl.Int32)),
+                 calls.group_by("rank", *section.keys, maintain_order=True).agg(*spread)]
     bandwidth = keyed(pl.concat([b.select("rank", *section.keys, "value", "spread_sd", "spread_n") for b in bandwidth]),
                       section).with_columns(metric=pl.lit("busbw_gbps"))
     return pl.concat([sums, bandwidth.select(sums.columns).cast(sums.schema)])

@@ -1060,11 +1060,11 @@ def write(synthesis: Synthesis, out_dir: Path) -> list[Path]:
     truth = {**synthesis.ground_truth, "files": list(documents)}
     paths = [out_dir / name for name in documents]
     merged_dir = created_dir(out_dir / MERGED_DIR) if config.merged else nullcontext()
-    with created_dir(out_dir), merged_dir, gc_paused():
-        with replacing_files([*paths, out_dir / GROUND_TRUTH_FILE]) as temporary:
-            for temp, doc in zip(temporary, documents.values()):
-                write_json(temp, doc, config.gzip)
-            temporary[-1].write_text(json.dumps(truth, indent=1))
+    with (created_dir(out_dir), merged_dir, gc_paused(),
+          replacing_files([*paths, out_dir / GROUND_TRUTH_FILE]) as temporary):
+        for temp, doc in zip(temporary, documents.values()):
+            write_json(temp, doc, config.gzip)
+        temporary[-1].write_text(json.dumps(truth, indent=1))
     for name in set(previous) - set(documents):
         (out_dir / name).unlink(missing_ok=True)
     if not config.merged and (out_dir / MERGED_DIR).is_dir() and not any((out_dir / MERGED_DIR).iterdir()):
