@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import openpyxl
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
@@ -309,3 +310,13 @@ def test_formula_like_names_stay_text_in_every_workbook(tmp_path):
     strings = assert_strings_are_text(tmp_path / "diff.xlsx")
     assert set(FORMULA_LIKE) <= strings, set(FORMULA_LIKE) - strings
     assert any("=SUM(A1)" in s for s in strings)  # the candidate run's label (its folder name)
+
+
+def test_rows_of_no_rank_round_trip_through_a_dataset(tables, tmp_path):
+    """A diagnostics row whose rank is not known (null) gets the hive null partition and comes back null."""
+    unknown = tables.diagnostics.slice(0, 1).set_column(0, "rank", pa.array([None], pa.int32()))
+    with_null = tables.with_tables(diagnostics=pa.concat_tables([tables.diagnostics, unknown]))
+    tracekit.write_dataset(with_null, tmp_path / "ds")
+    assert (tmp_path / "ds" / "diagnostics" / "rank=__HIVE_DEFAULT_PARTITION__").is_dir()
+    back = tracekit.load(tmp_path / "ds").polars("diagnostics")
+    assert back["rank"].null_count() == 1 and back.height == with_null.diagnostics.num_rows

@@ -1054,18 +1054,18 @@ def write(synthesis: Synthesis, out_dir: Path) -> list[Path]:
     config = synthesis.config
     previous = previous_outputs(out_dir)
     suffix = ".json.gz" if config.gzip else ".json"
-    documents = {f"rank{doc['distributedInfo']['rank']}{suffix}": doc for doc in synthesis.documents}
-    if config.merged:
-        documents[f"{MERGED_DIR}/merged{suffix}"] = merged_document(synthesis.documents)
-    truth = {**synthesis.ground_truth, "files": list(documents)}
-    paths = [out_dir / name for name in documents]
+    names = [f"rank{doc['distributedInfo']['rank']}{suffix}" for doc in synthesis.documents]
+    names += [f"{MERGED_DIR}/merged{suffix}"] if config.merged else []
+    paths = [out_dir / name for name in names]
     merged_dir = created_dir(out_dir / MERGED_DIR) if config.merged else nullcontext()
     with (created_dir(out_dir), merged_dir, gc_paused(),
           replacing_files([*paths, out_dir / GROUND_TRUTH_FILE]) as temporary):
-        for temp, doc in zip(temporary, documents.values()):
+        for temp, doc in zip(temporary, synthesis.documents):
             write_json(temp, doc, config.gzip)
-        temporary[-1].write_text(json.dumps(truth, indent=1))
-    for name in set(previous) - set(documents):
+        if config.merged:
+            write_json(temporary[len(synthesis.documents)], merged_document(synthesis.documents), config.gzip)
+        temporary[-1].write_text(json.dumps({**synthesis.ground_truth, "files": names}, indent=1))
+    for name in set(previous) - set(names):
         (out_dir / name).unlink(missing_ok=True)
     if not config.merged and (out_dir / MERGED_DIR).is_dir() and not any((out_dir / MERGED_DIR).iterdir()):
         (out_dir / MERGED_DIR).rmdir()
