@@ -320,3 +320,10 @@ def test_rows_of_no_rank_round_trip_through_a_dataset(tables, tmp_path):
     assert (tmp_path / "ds" / "diagnostics" / "rank=__HIVE_DEFAULT_PARTITION__").is_dir()
     back = tracekit.load(tmp_path / "ds").polars("diagnostics")
     assert back["rank"].null_count() == 1 and back.height == with_null.diagnostics.num_rows
+
+
+def test_an_output_given_as_a_symbolic_link_replaces_its_target(tmp_path):
+    (tmp_path / "real.csv").write_text("old")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
+    write_output_file(tmp_path / "link.csv", lambda path: path.write_text("new"))
+    assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_text() == "new"

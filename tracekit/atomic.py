@@ -17,6 +17,11 @@ from pathlib import Path
 from .errors import InputError
 
 
+def through_link(path: Path) -> Path:
+    """A symbolic link's target: the output replaces what the link points to, as writing through it would."""
+    return path.resolve() if path.is_symlink() else path
+
+
 def partial_name(path: Path) -> Path:
     """A fresh hidden name beside `path` (nothing is created)."""
     return path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
@@ -26,7 +31,7 @@ def partial_name(path: Path) -> Path:
 def replacing_files(paths: Iterable[Path]) -> Iterator[list[Path]]:
     """Temporary paths to write `paths` to; each is renamed onto its target when the block ends without error, and
     all are removed when it fails (existing targets are then left as they were)."""
-    targets = [Path(p) for p in paths]
+    targets = [through_link(Path(p)) for p in paths]
     temporary = [partial_name(p) for p in targets]
     try:
         yield temporary
@@ -52,7 +57,7 @@ def replacing_file(path: Path) -> Iterator[Path]:
 def replacing_dir(path: Path) -> Iterator[Path]:
     """A new empty directory beside `path` to fill; when the block succeeds it takes `path`'s place (an existing
     `path` is removed only then); when it fails it is removed and `path` is left as it was."""
-    path = Path(path)
+    path = through_link(Path(path))
     temp = partial_name(path)
     try:
         temp.mkdir()
