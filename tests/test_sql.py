@@ -232,7 +232,7 @@ def test_python_example_in_readme_runs(tmp_path):
     """The README's API example, as written, on a synth trace."""
     from tracekit import synth
 
-    synth.generate(tmp_path, 2, 2, 0)
+    synth.generate(tmp_path, 2, 4, 0)
     text = (REPO / "README.md").read_text()
     block = text.split("```python\n# tracekit.open", 1)[1].split("```", 1)[0]
     exec("# tracekit.open" + block.replace('"traces/"', repr(str(tmp_path))), {})

@@ -21,7 +21,8 @@ from .database import from_tables, open_traces
 from .errors import InputError
 from .graph import graph_writer, write_graph
 from .loader import find_trace_files, is_dataset, load, write_dataset
-from .output import FORMATS, choose_format, print_frame, write_frame
+from .outputs import refuse_input_dir, refuse_input_file
+from .results import FORMATS, choose_format, print_frame, write_frame
 from .sql_shell import queries_frame, run_shell
 
 # soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
@@ -73,6 +74,7 @@ def main():
 @user_errors
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    refuse_input_dir(out_dir, traces)
     tables = load_with_progress(traces, rank)
     write_dataset(tables, out_dir, force=force)
     counts = ", ".join(f"{name} {t.num_rows:,}" for name, t in tables.items() if t.num_rows)
@@ -106,8 +108,10 @@ def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, o
         diff.parse_metric_name(metric)
     except LookupError as exc:
         raise InputError(f"--metric {exc}") from None
-    if out_path is not None and out_path.exists() and not force:
-        raise InputError(f"{out_path}: exists (use --force to replace it)")
+    if out_path is not None:
+        refuse_input_file(out_path, (baseline, candidate))
+        if out_path.exists() and not force:
+            raise InputError(f"{out_path}: exists (use --force to replace it)")
     # One run's tables at a time: each is summarised (its analyses run) before the next is read.
     sides = [diff.summarize(load_with_progress((path,)), Path(path).name) for path in (baseline, candidate)]
     result = diff.compare(*sides, threshold=threshold, k=k)
@@ -141,10 +145,12 @@ def signed_percent(value: float | None) -> str:
 @user_errors
 def report(traces, out_dir, rank, force):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
-    from .report import check_out_dir, run_analyses, write_reports
+    from .report import check_out_dir, existing_workbooks, run_analyses, write_reports
     from .summary import QUERIES, print_summary, progress_bar
 
     check_out_dir(out_dir, force)
+    for workbook in existing_workbooks(out_dir) if out_dir.is_dir() else ():  # replaced or removed with --force
+        refuse_input_file(workbook, traces)
     tables = load_with_progress(traces, rank)
     problems: list[str] = []
     with progress_bar(stderr) as progress:
@@ -195,6 +201,7 @@ def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (events overlapping it, edges among them)."""
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
+        refuse_input_file(out, traces)
     tables = load_with_progress(traces, rank)
     for out in outs:
         graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
@@ -217,6 +224,13 @@ def output_options(fn):
                            "ndjson or parquet.")(fn)
     return click.option("-n", "--max-rows", type=int, default=40, show_default=True,
                         help="Rows to print as a table.")(fn)
+
+
+def check_output(fmt: str | None, out_path: Path | None, inputs) -> None:
+    """Refuse a bad --format / -o before any trace is read."""
+    choose_format(fmt, out_path)
+    if out_path is not None:
+        refuse_input_file(out_path, inputs)
 
 
 def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: int, inputs, title=None) -> None:
@@ -249,7 +263,7 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     query, inputs = split_query(query_and_inputs, query_file)
     if not inputs:
         raise InputError("give at least one INPUT (trace file, directory of ranks, or ingested dataset)")
-    choose_format(fmt, out_path)  # a bad --format/-o is refused before the traces are read
+    check_output(fmt, out_path, inputs)
     with open_database(inputs, rank) as db:
         if query is None:
             sys.exit(run_shell(db, stdout, max_rows))
@@ -265,6 +279,8 @@ def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | N
             raise InputError(f"{query_file}: cannot read the query ({getattr(exc, 'strerror', None) or exc})") from None
     if Path(args[0]).exists():
         return None, list(args)
+    if len(args) == 1:
+        raise InputError(f"{args[0]}: no such file or directory (usage: tracekit sql [QUERY] INPUT...)")
     return args[0], list(args[1:])
 
 
@@ -292,7 +308,7 @@ def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""
     if name not in analyses.available():
         raise InputError(f"{name}: no such analysis (one of: {', '.join(analyses.available())})")
-    choose_format(fmt, out_path)
+    check_output(fmt, out_path, traces)
     with open_database(list(traces)) as db:
         frame = db.query(name, rank=list(only_ranks) or None, step=step)
     emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {analyses.load_query(name).question}")

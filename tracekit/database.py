@@ -19,10 +19,11 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import analyses, schema
 from .errors import InputError
-from .loader import check_dataset, dataset_table_files, is_dataset, load
+from .loader import DATASET_MARKER, check_dataset, dataset_table_files, first_line, is_dataset, load
 from .tables import TraceTables
 
 
@@ -152,10 +153,14 @@ def from_tables(tables: TraceTables, source: str = "tables") -> TraceDatabase:
 
 def open_dataset(path: Path) -> TraceDatabase:
     """A database whose tables are views over the Parquet files of an ingested dataset."""
-    check_dataset(path)
+    expected = check_dataset(path)["tables"]
     con = duckdb.connect()
     for name in TraceTables.names():
         files = dataset_table_files(path, name)
+        rows = sum(parquet_rows(f) for f in files)  # footers only: an altered or corrupt table is named now
+        if rows != expected.get(name, 0):
+            raise InputError(f"{path / name}: holds {rows:,} rows but {DATASET_MARKER} says {expected.get(name, 0)!r} "
+                             "(the dataset is incomplete or was altered)")
         if not files:
             con.register(name, schema.empty(name))
             continue
@@ -173,6 +178,13 @@ def open_dataset(path: Path) -> TraceDatabase:
 # Analyses that read only tables and other analyses (not the two-run tables of queries/diff)
 ANALYSES_AS_VIEWS = {name for name in analyses.available()
                      if set(analyses.load_query(name).inputs) <= set(TraceTables.names()) | set(analyses.available())}
+
+
+def parquet_rows(path: Path) -> int:
+    try:
+        return pq.read_metadata(path).num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
 
 
 def define_analysis_view(con: duckdb.DuckDBPyConnection, name: str, defined: set[str],

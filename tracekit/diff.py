@@ -20,7 +20,6 @@ repeat a child's change in every ancestor and count time blocked in a synchronis
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import duckdb
 import polars as pl
 
 from . import analyses, report, xlsx
+from .atomic import replacing_file
 from .errors import InputError
 from .tables import TraceTables
 
@@ -179,7 +179,7 @@ class DiffResult:
                         & pl.col("verdict").is_in(SIGNIFICANT) & pl.col("to_ms").is_not_null())
                 .with_columns((pl.col(c) * pl.col("to_ms")).alias(f"{c}_ms")
                               for c in ("base", "cand", "delta", "noise"))
-                .sort(pl.col("delta_ms").abs(), descending=True)
+                .sort(pl.col("delta_ms").abs(), "section", "item", descending=[True, False, False])
                 .select("section", "item", "metric", "base_ms", "cand_ms", "delta_ms", "percent_delta", "noise_ms",
                         "verdict")
                 .head(limit))
@@ -192,7 +192,7 @@ class DiffResult:
                         found_in=pl.when(pl.col("verdict") == "added").then(pl.lit(self.cand_label))
                         .otherwise(pl.lit(self.base_label)),
                         metric="metric", time_ms=pl.coalesce("base", "cand") * pl.col("to_ms"))
-                .sort(pl.col("time_ms").abs(), descending=True, nulls_last=True))
+                .sort(pl.col("time_ms").abs(), "section", "item", descending=[True, False, False], nulls_last=True))
 
     def workbook_frames(self, top: int = 30) -> dict[str, pl.DataFrame]:
         """The frames reports/diff.toml lays out, by the names its blocks use."""
@@ -238,7 +238,9 @@ def summarize(tables: TraceTables, label: str) -> Side:
     `Side.failures` (the diff's notes) rather than stopping the diff.
     """
     failures: dict[str, str] = {}
-    results = analyses.run_all(tables, list(TOTALS_ANALYSES), failures)
+    # One DuckDB thread here and in compare: float sums add up in one order, so a run gives the same bits every time
+    # (the noise, a difference of sums of squares, would otherwise change in its 12th digit).
+    results = analyses.run_all(tables, list(TOTALS_ANALYSES), failures, threads=1)
     with_rows = [name for name in PER_STEP_ANALYSES if name in results and results[name].height]
     per_step = per_step_results(tables, with_rows, failures)
     if per_step is None:
@@ -255,7 +257,7 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
     rank computes it for every step at once (no copy of the tables is made). op_summary and op_categories per step
     are op_by_shape's rows summed by name and by category (the three are rollups of the same op calls).
     """
-    with analyses.connect(tables) as con:
+    with analyses.connect(tables, threads=1) as con:
         mapping = pseudo_rank_views(con, tables)
         if mapping is None:
             return None
@@ -266,8 +268,10 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
     by_shape = per_step.get("op_by_shape")
     if by_shape is not None:
         sums = [pl.col(m.name).sum() for m in OP_METRICS]
-        per_step["op_summary"] = by_shape.group_by("rank", "step", "name").agg(pl.col("category").first(), *sums)
-        per_step["op_categories"] = by_shape.group_by("rank", "step", "category").agg(*sums)
+        # maintain_order: polars' default (partitioned) group_by adds float partial sums in a thread-timing order
+        per_step["op_summary"] = (by_shape.group_by("rank", "step", "name", maintain_order=True)
+                                  .agg(pl.col("category").first(), *sums))
+        per_step["op_categories"] = by_shape.group_by("rank", "step", "category", maintain_order=True).agg(*sums)
     return per_step, step_counts_of(mapping)
 
 
@@ -321,7 +325,7 @@ def restore_ranks(frame: pl.DataFrame, mapping: pl.DataFrame) -> pl.DataFrame:
 
 def step_counts_of(steps: pl.DataFrame) -> pl.DataFrame:
     """(rank, steps) per rank, plus rank null: the distinct steps of all ranks."""
-    per_rank = steps.group_by("rank").agg(steps=pl.col("step").n_unique().cast(pl.Int64))
+    per_rank = steps.group_by("rank", maintain_order=True).agg(steps=pl.col("step").n_unique().cast(pl.Int64))
     overall = pl.DataFrame({"rank": [None], "steps": [steps["step"].n_unique()]},
                            schema={"rank": pl.Int32, "steps": pl.Int64})
     return pl.concat([per_rank.with_columns(pl.col("rank").cast(pl.Int32)), overall])
@@ -387,9 +391,10 @@ def additive_measures(con, section: Section, totals: pl.DataFrame | None, per_st
 
     values = long(totals, ["rank"])
     group = [*section.keys, "metric"]
-    levels = [values.group_by(group).agg(pl.col("value").sum()).with_columns(rank=pl.lit(None, pl.Int32))]
+    levels = [values.group_by(group, maintain_order=True).agg(pl.col("value").sum())
+              .with_columns(rank=pl.lit(None, pl.Int32))]
     if section.per_rank:
-        levels.append(values.group_by("rank", *group).agg(pl.col("value").sum()))
+        levels.append(values.group_by("rank", *group, maintain_order=True).agg(pl.col("value").sum()))
     totals_long = keyed(pl.concat(levels, how="diagonal"), section)
     if per_step is None or step_counts is None or per_step.height == 0:
         per_step_long = pl.DataFrame(schema={"key": totals_long["key"].dtype, "rank": pl.Int32, "step": pl.Int64,
@@ -411,15 +416,16 @@ def collective_measures(con, side: Side, section: Section) -> pl.DataFrame:
         return empty_measures(section)
 
     def per_key(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
-        return frame.group_by(*index, *section.keys).agg(count=pl.len(), time_us=pl.col("duration_us").sum())
+        return (frame.group_by(*index, *section.keys, maintain_order=True)
+                .agg(count=pl.len(), time_us=pl.col("duration_us").sum()))
 
     per_step = side.per_step.get("collectives")
     sums = additive_measures(con, section, per_key(calls, ["rank"]),
                              per_key(per_step, ["rank", "step"]) if per_step is not None else None, side.step_counts)
-    bandwidth = [calls.group_by(section.keys).agg(rank=pl.lit(None, pl.Int32), value=pl.col("busbw_gbps").mean(),
-                                                  spread_sd=pl.col("busbw_gbps").std(), spread_n=pl.len())]
-    bandwidth.append(calls.group_by("rank", *section.keys).agg(value=pl.col("busbw_gbps").mean(),
-                                                               spread_sd=pl.col("busbw_gbps").std(), spread_n=pl.len()))
+    spread = [pl.col("busbw_gbps").mean().alias("value"), pl.col("busbw_gbps").std().alias("spread_sd"),
+              pl.len().alias("spread_n")]
+    bandwidth = [calls.group_by(section.keys, maintain_order=True).agg(*spread, rank=pl.lit(None, pl.Int32)),
+                 calls.group_by("rank", *section.keys, maintain_order=True).agg(*spread)]
     bandwidth = keyed(pl.concat([b.select("rank", *section.keys, "value", "spread_sd", "spread_n") for b in bandwidth]),
                       section).with_columns(metric=pl.lit("busbw_gbps"))
     return pl.concat([sums, bandwidth.select(sums.columns).cast(sums.schema)])
@@ -449,14 +455,15 @@ def critical_path_measures(side: Side, section: Section) -> pl.DataFrame:
     if path is None:
         return empty_measures(section)
     per_step = path.select("rank", "step", "category", value="time_ms")
-    return breakdown_measures(per_step.group_by("rank", "category").agg(pl.col("value").sum()), per_step)
+    return breakdown_measures(per_step.group_by("rank", "category", maintain_order=True).agg(pl.col("value").sum()),
+                              per_step)
 
 
 def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None) -> pl.DataFrame:
     """Times per (rank, category), and for all ranks, with a robust per-step spread as for the step time: a step
     breakdown has the same warm-up or stall steps as outliers. A category absent from a step counts as 0 there."""
     per_rank = totals.select(pl.col("rank").cast(pl.Int32), "category", pl.col("value").cast(pl.Float64))
-    values = pl.concat([per_rank, per_rank.group_by("category").agg(pl.col("value").sum())
+    values = pl.concat([per_rank, per_rank.group_by("category", maintain_order=True).agg(pl.col("value").sum())
                        .select(pl.lit(None, pl.Int32).alias("rank"), "category", "value")])
     spread = pl.DataFrame(schema={"rank": pl.Int32, "category": pl.String, "spread_sd": pl.Float64,
                                   "spread_n": pl.Int64})
@@ -465,9 +472,9 @@ def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None) -> p
                   .pivot(on="category", index=["rank", "step"], values="value", aggregate_function="sum")
                   .with_columns(pl.exclude("rank", "step").fill_null(0.0))
                   .unpivot(index=["rank", "step"], variable_name="category", value_name="value"))
-        all_ranks = (filled.group_by("step", "category").agg(pl.col("value").sum())
+        all_ranks = (filled.group_by("step", "category", maintain_order=True).agg(pl.col("value").sum())
                      .select(pl.lit(None, pl.Int32).alias("rank"), "step", "category", "value"))
-        spread = (pl.concat([filled, all_ranks]).group_by("rank", "category")
+        spread = (pl.concat([filled, all_ranks]).group_by("rank", "category", maintain_order=True)
                   .agg(spread_sd=robust_sd("value"), spread_n=pl.len().cast(pl.Int64)))
     return (values.join(spread, on=["rank", "category"], how="left", nulls_equal=True)
             .with_columns(key=pl.struct("category"), metric=pl.lit("time_ms"),
@@ -482,7 +489,8 @@ def step_time_measures(side: Side) -> pl.DataFrame:
     section = SECTIONS["step_time"]
     steps = result(side, "steps")
     if steps is not None:
-        overall = steps.group_by("step").agg(pl.col("duration_ms").max()).with_columns(rank=pl.lit(None, pl.Int32))
+        overall = (steps.group_by("step", maintain_order=True).agg(pl.col("duration_ms").max())
+                   .with_columns(rank=pl.lit(None, pl.Int32)))
         frame = (pl.concat([steps.select(pl.col("rank").cast(pl.Int32), "step", "duration_ms"),
                             overall.select("rank", "step", "duration_ms")])
                  .group_by("rank", maintain_order=True)
@@ -521,7 +529,7 @@ def compare(base: TraceTables | Side, cand: TraceTables | Side, threshold: float
     base = base if isinstance(base, Side) else summarize(base, labels[0])
     cand = cand if isinstance(cand, Side) else summarize(cand, labels[1])
     settings = Settings(threshold, k, floor_percent)
-    with duckdb.connect() as con:
+    with duckdb.connect(config={"threads": 1}) as con:
         con.register("settings", pl.DataFrame([vars(settings)]))
         con.register("coverage", coverage(base, cand))
         compared = {name: compare_section(con, section, base, cand) for name, section in SECTIONS.items()}
@@ -629,7 +637,7 @@ def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | No
         out = out.join(attrs, on=list(section.keys), how="left", nulls_equal=True)
     return (out.with_columns(significant=pl.col("verdict").is_in(SIGNIFICANT).fill_null(False),
                              *(pl.lit(None, t).alias(c) for c, t in columns.items() if c not in out.columns))
-            .sort(["significant", "change"], descending=True, nulls_last=True)
+            .sort(["significant", "change", *index], descending=[True, True] + [False] * len(index), nulls_last=True)
             .select(pl.col(c).cast(t) for c, t in columns.items()))
 
 
@@ -666,9 +674,8 @@ def write_workbook(result: DiffResult, path: Path, force: bool = False) -> list[
         raise InputError(f"{path.parent}: no such directory")
     problems: list[str] = []
     sheets = report.sheets_for(report.workbook_spec("diff"), result.workbook_frames(), {}, problems)
-    scratch = path.with_name(f".{path.name}.partial")
-    problems += xlsx.write_workbook(scratch, sheets, report.style())
-    os.replace(scratch, path)
+    with replacing_file(path) as temp:
+        problems += xlsx.write_workbook(temp, sheets, report.style())
     return problems
 
 

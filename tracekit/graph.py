@@ -15,6 +15,7 @@ from typing import TextIO
 
 import pyarrow as pa
 
+from .atomic import replacing_file
 from .errors import InputError
 from .tables import TraceTables
 
@@ -97,11 +98,8 @@ def write_graph(tables: TraceTables, path: str | Path, step: int | None = None, 
     path = Path(path)
     writer = graph_writer(path)
     graph = window_graph(tables, step, start_ns, end_ns)
-    try:
-        with path.open("w", encoding="utf-8", newline="\n") as out:
-            writer(graph, out)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write ({exc.strerror})") from None
+    with replacing_file(path) as temp, temp.open("w", encoding="utf-8", newline="\n") as out:
+        writer(graph, out)
     return graph
 
 

@@ -135,11 +135,15 @@ def read_bytes(path: Path) -> bytes:
         raise InputError(f"{path}: is a directory") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
+    if not data:
+        raise InputError(f"{path}: empty file (0 bytes)")
     if data[:2] == GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"{path}: corrupt gzip data ({exc})") from None
+        if not data:
+            raise InputError(f"{path}: empty once gunzipped (0 bytes of JSON)")
     return data
 
 
@@ -857,7 +861,7 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
         "threads": threads,
         "processes": processes,
         "diagnostics": schema.conform("diagnostics", notes),
-        "ranks": _ranks_table(parts, source, rank_source, entries.entry_count, events),
+        "ranks": _ranks_table(parts, source, rank, rank_source, entries.entry_count, events),
     }
     return FileTables(tables, entries.entry_count)
 
@@ -882,7 +886,7 @@ def _metadata_tables(meta: pa.Table) -> tuple[pa.Table, pa.Table]:
 TOP_LEVEL_COLUMNS = ("traceEvents", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion")
 
 
-def _ranks_table(parts: TraceParts, source: str, rank_source: str, n: int, events: pa.Table) -> pa.Table:
+def _ranks_table(parts: TraceParts, source: str, rank: int, rank_source: str, n: int, events: pa.Table) -> pa.Table:
     info = _top_value(parts, "distributedInfo")
     info = info if isinstance(info, dict) else {}
     devices = _top_value(parts, "deviceProperties")
@@ -891,7 +895,7 @@ def _ranks_table(parts: TraceParts, source: str, rank_source: str, n: int, event
     metadata = "{" + ",".join(msgspec.json.encode(k).decode() + ":" + v.decode() for k, v in rest) + "}"
     gpu = pl.from_arrow(events.select(["rank", "kind", "device"])).filter(
         pl.col("kind").is_in(list(schema.GPU_KINDS)) & pl.col("device").is_not_null())
-    ranks = pl.from_arrow(events.column("rank")).unique().sort().to_list() or [None]
+    ranks = pl.from_arrow(events.column("rank")).unique().sort().to_list() or [rank]  # no events: the file's rank
     rows = []
     for r in ranks:
         used = gpu.filter(pl.col("rank") == r)["device"].mode().sort().to_list()

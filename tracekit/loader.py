@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import shutil
+import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from . import schema
+from .atomic import created_dir, replacing_dir
 from .edges import build_edges
 from .errors import InputError
 from .et import attach_execution_traces
@@ -41,7 +45,12 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
                 raise InputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
             files += found
         elif p.exists():
+            # a FIFO or a device would block or never end: refused before anything opens it
+            if not stat.S_ISREG(p.stat().st_mode):
+                raise InputError(f"{p}: not a regular file (a trace is a file or a directory of files)")
             files.append(p)
+        elif p.is_symlink():
+            raise InputError(f"{p}: broken symbolic link (to {os.readlink(p)}, which does not exist)")
         else:
             raise InputError(f"{p}: no such file or directory")
     if not files:
@@ -99,7 +108,19 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
                             for name in TraceTables.names()})
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
     tables = build_edges(tables) if edges else tables
-    return attach_execution_traces(tables, execution_traces)
+    tables = attach_execution_traces(tables, execution_traces)
+    refuse_no_events(tables, files)
+    return tables
+
+
+def refuse_no_events(tables: TraceTables, files: list[Path]) -> None:
+    """InputError when the files hold nothing to analyse: no event, instant or Execution Trace node."""
+    if tables.events.num_rows or tables.instants.num_rows or tables.et_nodes.num_rows:
+        return
+    named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
+    dropped = sum(tables.diagnostics.column("dropped").to_pylist())
+    why = f"none of its {dropped:,} entries is a usable event" if dropped else "traceEvents is empty"
+    raise InputError(f"{named}: no trace events ({why})")
 
 
 def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:
@@ -127,7 +148,12 @@ def concat(name: str, tables: list[pa.Table]) -> pa.Table:
 
 
 def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> list[Path]:
-    """Write every table as Parquet under out_dir/TABLE/rank=N/ (hive style). Returns the files written."""
+    """Write every table as Parquet under out_dir/TABLE/rank=N/part-0.parquet (hive style). Returns the files written.
+
+    The dataset is written into a new directory beside out_dir, which replaces out_dir (an existing dataset only with
+    `force`) once complete: a failure leaves nothing behind and an existing dataset as it was. The same tables give
+    the same bytes.
+    """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
@@ -136,42 +162,72 @@ def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> li
             raise InputError(f"{out_dir}: directory is not empty (use --force to replace a dataset there)")
         if not is_dataset(out_dir):
             raise InputError(f"{out_dir}: not empty and not a tracekit dataset; refusing to overwrite it")
-        shutil.rmtree(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{out_dir}: cannot create directory ({exc.strerror})") from None
     written: list[Path] = []
-    # In each Parquet footer too, for readers that never see the marker file
-    version = {b"tracekit.table": b"", b"tracekit.schema_version": str(schema.SCHEMA_VERSION).encode()}
-    for name, table in tables.items():
-        if table.num_rows == 0:
-            continue
-        table_dir = out_dir / name
-        ds.write_dataset(
-            table.replace_schema_metadata({**version, b"tracekit.table": name.encode()}), table_dir, format="parquet", partitioning=ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive"),
-            basename_template="part-{i}.parquet", existing_data_behavior="overwrite_or_ignore",
-            file_visitor=lambda f: written.append(Path(f.path)),
-        )
-    manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION, "schema_fingerprint": schema.fingerprint(),
-                "tables": {name: t.num_rows for name, t in tables.items()},
-                "ranks": tables.rank_list}
-    (out_dir / DATASET_MARKER).write_text(json.dumps(manifest, indent=1))
+    with created_dir(out_dir.parent), replacing_dir(out_dir) as building:
+        for name, table in tables.items():
+            if table.num_rows:
+                written += write_partitions(name, in_key_order(name, table), building / name)
+        manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION,
+                    "schema_fingerprint": schema.fingerprint(),
+                    "tables": {name: t.num_rows for name, t in tables.items()},
+                    "ranks": tables.rank_list}
+        (building / DATASET_MARKER).write_text(json.dumps(manifest, indent=1))
+    return [out_dir / p.relative_to(building) for p in written]
+
+
+def in_key_order(name: str, table: pa.Table) -> pa.Table:
+    """Rows sorted by the table's key, then by its other columns: the same rows give the same file whatever order
+    they came in (edges and diagnostics come from multi-threaded DuckDB queries in no fixed order)."""
+    key = schema.TABLES[name].key
+    ties = [f.name for f in table.schema if f.name not in key and not pa.types.is_nested(f.type)]
+    order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in (*key, *ties)])
+    return table.take(order)
+
+
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # what hive-style readers take for a null partition value
+
+
+def write_partitions(name: str, table: pa.Table, table_dir: Path) -> list[Path]:
+    """One Parquet file per rank (rows in the table's order, `rank` in the directory name only), its footer naming
+    the table and the schema version for readers that never see the marker.
+
+    pyarrow.dataset.write_dataset is not used: its background writer threads can abort the interpreter at exit
+    (apache/arrow#36980) and it may write rows in any order.
+    """
+    table = table.replace_schema_metadata({b"tracekit.table": name.encode(),
+                                           b"tracekit.schema_version": str(schema.SCHEMA_VERSION).encode()})
+    rank = table.column("rank")
+    ranks = sorted(r for r in pc.unique(rank).to_pylist() if r is not None)
+    masks = [(str(r), pc.equal(rank, r)) for r in ranks]
+    if rank.null_count:
+        masks.append((NULL_PARTITION, pc.is_null(rank)))
+    written = []
+    for value, mask in masks:
+        part_dir = table_dir / f"rank={value}"
+        part_dir.mkdir(parents=True)
+        path = part_dir / "part-0.parquet"
+        pq.write_table(table.filter(mask).drop_columns(["rank"]), path)
+        written.append(path)
     return written
 
 
 def check_dataset(path: Path) -> dict:
-    """The dataset's marker, after checking it was written with this tracekit's schema version."""
+    """The dataset's _tracekit.json, checked: InputError when it is not ours or was written with another schema
+    version than this tracekit's."""
     marker = path / DATASET_MARKER
     try:
         manifest = json.loads(marker.read_text())
-        version = manifest["schema_version"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        raise InputError(f"{marker}: not a readable tracekit dataset marker (no schema_version); "
-                         "ingest the traces again with `tracekit ingest`") from None
+    except OSError as exc:
+        raise InputError(f"{marker}: cannot read ({exc.strerror})") from None
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        raise InputError(f"{marker}: not valid JSON (a tracekit dataset marker is)") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "tracekit" \
+            or not isinstance(manifest.get("tables"), dict):
+        raise InputError(f"{marker}: not a tracekit dataset marker (format, schema_version, tables)")
+    version = manifest.get("schema_version", "unknown")
     if version != schema.SCHEMA_VERSION:
-        advice = ("ingest the traces again with this tracekit (`tracekit ingest TRACES -o DIR --force`)"
-                  if isinstance(version, int) and version < schema.SCHEMA_VERSION else "upgrade tracekit to read it")
+        advice = ("upgrade tracekit to read it" if isinstance(version, int) and version > schema.SCHEMA_VERSION
+                  else "ingest the traces again with this tracekit (`tracekit ingest TRACES -o DIR --force`)")
         raise InputError(f"{path}: dataset written with tracekit schema version {version}, this tracekit reads "
                          f"version {schema.SCHEMA_VERSION}: {advice}")
     return manifest
@@ -183,13 +239,38 @@ def dataset_table_files(path: Path, name: str) -> list[Path]:
 
 
 def read_dataset(path: Path) -> TraceTables:
+    """The tables of a dataset `write_dataset` wrote; InputError when a file is unreadable or a table does not hold
+    the rows the marker says it does."""
     path = Path(path)
-    check_dataset(path)
+    expected = check_dataset(path)["tables"]
     loaded = {}
     for name in TraceTables.names():
         table_dir = path / name
-        if not table_dir.is_dir():
-            continue
+        if table_dir.is_dir():
+            loaded[name] = read_table(table_dir, name)
+        rows = loaded[name].num_rows if name in loaded else 0
+        if rows != expected.get(name, 0):
+            raise InputError(f"{table_dir}: holds {rows:,} rows but {DATASET_MARKER} says {expected.get(name, 0)!r} "
+                             f"(the dataset is incomplete or was altered)")
+    tables = TraceTables(**loaded)
+    if not (tables.events.num_rows or tables.instants.num_rows or tables.et_nodes.num_rows):
+        raise InputError(f"{path}: the dataset holds no trace events")
+    return tables
+
+
+def read_table(table_dir: Path, name: str) -> pa.Table:
+    try:
         table = ds.dataset(table_dir, format="parquet", partitioning="hive").to_table()
-        loaded[name] = schema.conform(name, table)
-    return TraceTables(**loaded)
+        return schema.conform(name, table)
+    except (pa.ArrowException, OSError) as exc:
+        for file in sorted(f for f in table_dir.rglob("*") if f.is_file()):
+            try:
+                pq.read_metadata(file)
+            except (pa.ArrowException, OSError) as bad:
+                raise InputError(f"{file}: not a readable Parquet file ({first_line(bad)})") from None
+        raise InputError(f"{table_dir}: cannot read table {name} ({first_line(exc)})") from None
+
+
+def first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -23,6 +23,7 @@ import polars as pl
 
 from . import analyses
 from .analyses import data_dir
+from .atomic import created_dir, replacing_files
 from .errors import InputError
 from .tables import TraceTables
 from .xlsx import Block, Chart, Column, MoreColumns, NameRule, NumberFormat, Sheet, Style, shape_rows, write_workbook
@@ -180,19 +181,22 @@ def non_empty(name: str, parts: list[tuple[Block, pl.DataFrame]]) -> list[Sheet]
 
 
 def check_out_dir(out_dir: Path, force: bool) -> None:
-    """Fail early (InputError) when OUT cannot take the workbooks; without `force`, when it already holds some."""
+    """Fail early (InputError) when OUT cannot take the workbooks; without `force`, when it already holds some.
+    Creates nothing: OUT is made when the workbooks are written."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{out_dir}: cannot create directory ({exc.strerror})") from None
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise InputError(f"{out_dir}: directory is not writable")
-    existing = existing_workbooks(out_dir)
-    if existing and not force:
-        raise InputError(f"{existing[0]}: exists (use --force to replace the workbooks in {out_dir})")
+    existing = out_dir
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{out_dir}: cannot create directory ({existing} is not a directory)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{existing}: directory is not writable")
+    if out_dir.is_dir():
+        found = existing_workbooks(out_dir)
+        if found and not force:
+            raise InputError(f"{found[0]}: exists (use --force to replace the workbooks in {out_dir})")
 
 
 def existing_workbooks(out_dir: Path) -> list[Path]:
@@ -216,21 +220,19 @@ def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, an
     jobs = [(spec, rank) for spec in workbook_specs() if len(ranks) >= spec.min_ranks
             for rank in (ranks if spec.per_rank else [None])]
     per_rank = {name: split_by_rank(frame) for name, frame in done.results.items()}
-    written: list[Path] = []
-    for step, (spec, rank) in enumerate(jobs, 1):
-        path = out_dir / spec.file.format(rank=rank)
-        if progress:
-            progress(step, len(jobs), f"writing {path.name}")
-        if rank is None:
-            data = done.results
-        else:
-            data = {name: per_rank[name].get(rank, frame.clear()) for name, frame in done.results.items()
-                    if "rank" in frame.columns}
-        sheets = sheets_for(spec, data, done.failures, notes)
-        scratch = path.with_name(f".{path.name}.partial")
-        notes += write_workbook(scratch, sheets, style())
-        os.replace(scratch, path)
-        written.append(path)
+    paths = [out_dir / spec.file.format(rank=rank) for spec, rank in jobs]
+    # All workbooks under temporary names first: a failure leaves the previous report (if any) whole.
+    with created_dir(out_dir), replacing_files(paths) as temporary:
+        for step, ((spec, rank), path, temp) in enumerate(zip(jobs, paths, temporary), 1):
+            if progress:
+                progress(step, len(jobs), f"writing {path.name}")
+            if rank is None:
+                data = done.results
+            else:
+                data = {name: per_rank[name].get(rank, frame.clear()) for name, frame in done.results.items()
+                        if "rank" in frame.columns}
+            notes += write_workbook(temp, sheets_for(spec, data, done.failures, notes), style())
+    written = paths
     for stale in set(existing_workbooks(out_dir)) - set(written):
         stale.unlink()
     notes = list(dict.fromkeys(notes))

@@ -17,7 +17,7 @@ from rich.console import Console
 from . import analyses, schema
 from .database import TraceDatabase
 from .errors import InputError
-from .output import print_frame
+from .results import print_frame
 
 HELP = """Each line is a SQL query (DuckDB dialect) over the tables and analyses. Commands:
   .tables            the tables and their row counts

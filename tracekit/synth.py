@@ -21,15 +21,17 @@ import gzip
 import json
 import math
 import random
-import shutil
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
 
+from .atomic import created_dir, replacing_files
 from .errors import InputError
 from .ingest import gc_paused
 
@@ -1013,27 +1015,27 @@ def write_json(path: Path, document: dict, compress: bool) -> None:
     path.write_bytes(gzip.compress(data, compresslevel=1, mtime=0) if compress else data)
 
 
-def prepare_out_dir(out_dir: Path) -> None:
-    """Create OUT, or clear the files a previous `tracekit synth` wrote there; refuse any other non-empty folder."""
+# What a previous `tracekit synth` may have written (a ground truth naming anything else is not believed).
+SYNTH_FILE = re.compile(rf"(?:{MERGED_DIR}/merged|rank\d+)\.json(?:\.gz)?")
+
+
+def previous_outputs(out_dir: Path) -> list[str]:
+    """The trace files a previous `tracekit synth` wrote into OUT (none for a new or empty folder); InputError for
+    any other non-empty folder."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()):
-        previous = out_dir / GROUND_TRUTH_FILE
-        if not previous.is_file():
-            raise InputError(f"{out_dir}: not empty and not a tracekit synth output; refusing to write there")
-        try:
-            written = json.loads(previous.read_text())["files"]
-        except (ValueError, KeyError, TypeError):
-            raise InputError(f"{previous}: not a tracekit synth ground truth; refusing to overwrite {out_dir}") from None
-        for name in written:
-            (out_dir / name).unlink(missing_ok=True)
-        if (out_dir / MERGED_DIR).is_dir() and not any((out_dir / MERGED_DIR).iterdir()):
-            shutil.rmtree(out_dir / MERGED_DIR)
-        previous.unlink()
+    if not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return []
+    previous = out_dir / GROUND_TRUTH_FILE
+    if not previous.is_file():
+        raise InputError(f"{out_dir}: not empty and not a tracekit synth output; refusing to write there")
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{out_dir}: cannot create directory ({exc.strerror})") from None
+        written = json.loads(previous.read_text())["files"]
+        if not all(isinstance(name, str) and SYNTH_FILE.fullmatch(name) for name in written):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{previous}: not a tracekit synth ground truth; refusing to overwrite {out_dir}") from None
+    return written
 
 
 def generate(out_dir: str | Path, ranks: int = 2, steps: int = 4, seed: int = 0, *, scale: float = 1.0,
@@ -1047,22 +1049,26 @@ def generate(out_dir: str | Path, ranks: int = 2, steps: int = 4, seed: int = 0,
 
 
 def write(synthesis: Synthesis, out_dir: Path) -> list[Path]:
+    """Every file under a temporary name first, renamed into place together (the ground truth last): a failure
+    leaves OUT as it was. Files of a previous synth that this one does not write again are removed then."""
     config = synthesis.config
-    prepare_out_dir(out_dir)
+    previous = previous_outputs(out_dir)
     suffix = ".json.gz" if config.gzip else ".json"
-    paths = []
-    with gc_paused():
-        for doc in synthesis.documents:
-            path = out_dir / f"rank{doc['distributedInfo']['rank']}{suffix}"
-            write_json(path, doc, config.gzip)
-            paths.append(path)
+    names = [f"rank{doc['distributedInfo']['rank']}{suffix}" for doc in synthesis.documents]
+    names += [f"{MERGED_DIR}/merged{suffix}"] if config.merged else []
+    paths = [out_dir / name for name in names]
+    merged_dir = created_dir(out_dir / MERGED_DIR) if config.merged else nullcontext()
+    with (created_dir(out_dir), merged_dir, gc_paused(),
+          replacing_files([*paths, out_dir / GROUND_TRUTH_FILE]) as temporary):
+        for temp, doc in zip(temporary, synthesis.documents):
+            write_json(temp, doc, config.gzip)
         if config.merged:
-            (out_dir / MERGED_DIR).mkdir(exist_ok=True)
-            path = out_dir / MERGED_DIR / f"merged{suffix}"
-            write_json(path, merged_document(synthesis.documents), config.gzip)
-            paths.append(path)
-    truth = {**synthesis.ground_truth, "files": [str(p.relative_to(out_dir)) for p in paths]}
-    (out_dir / GROUND_TRUTH_FILE).write_text(json.dumps(truth, indent=1))
+            write_json(temporary[len(synthesis.documents)], merged_document(synthesis.documents), config.gzip)
+        temporary[-1].write_text(json.dumps({**synthesis.ground_truth, "files": names}, indent=1))
+    for name in set(previous) - set(names):
+        (out_dir / name).unlink(missing_ok=True)
+    if not config.merged and (out_dir / MERGED_DIR).is_dir() and not any((out_dir / MERGED_DIR).iterdir()):
+        (out_dir / MERGED_DIR).rmdir()
     return paths
 
 

@@ -4,9 +4,7 @@ standard output."""
 from __future__ import annotations
 
 import io
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -15,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import InputError
+from .outputs import write_output_file
 
 FORMATS = ("table", "csv", "json", "ndjson", "parquet")
 SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".ndjson": "ndjson", ".jsonl": "ndjson", ".parquet": "parquet",
@@ -57,7 +56,7 @@ def encode(frame: pl.DataFrame, fmt: str) -> bytes:
 
 
 def write_frame(frame: pl.DataFrame, fmt: str, out: Path | None, inputs: list[Path] = ()) -> None:
-    """Write the frame to `out` (replaced whole, only once written: a temporary file renamed) or to stdout."""
+    """Write the frame to `out` (replaced only once fully written, never over an input) or to standard output."""
     data = encode(frame, fmt)
     if out is None:
         if fmt == "parquet" and sys.stdout.isatty():
@@ -65,28 +64,7 @@ def write_frame(frame: pl.DataFrame, fmt: str, out: Path | None, inputs: list[Pa
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    write_file_atomically(out, data, inputs)
-
-
-def write_file_atomically(out: Path, data: bytes, inputs: list[Path] = ()) -> None:
-    """Write `data` to `out` through a temporary file in the same folder, renamed once complete; never over one of
-    the `inputs`."""
-    out = Path(out)
-    if any(out.resolve() == Path(i).resolve() for i in inputs):
-        raise InputError(f"{out}: is one of the inputs; choose another output path")
-    if out.is_dir():
-        raise InputError(f"{out}: is a directory")
-    try:
-        handle, temp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise InputError(f"{out}: cannot write there ({exc.strerror})") from None
-    try:
-        with os.fdopen(handle, "wb") as fh:
-            fh.write(data)
-        os.replace(temp, out)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_output_file(out, lambda temporary: temporary.write_bytes(data), inputs)
 
 
 MAX_CELL_CHARS = 48  # longer values (args JSON, long kernel names) are cut, with an ellipsis, in terminal tables
