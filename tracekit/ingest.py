@@ -360,13 +360,13 @@ class NothingToSalvage(Exception):
 
 TEXT_LIMIT_VARIABLE = "TRACEKIT_MAX_TRACE_BYTES"
 GZIP_RATIO_LIMIT = 100  # the shared real traces gunzip to 7-21× their size; a gzip bomb to 1000×
-MIN_TEXT_LIMIT = 1 << 30  # a small file may still gunzip to this much
+MIN_TEXT_LIMIT = 256 << 20  # a small file may still gunzip to this much
 BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def text_limit(compressed_bytes: int) -> int:
     """How many decompressed bytes a gzip file may give: TRACEKIT_MAX_TRACE_BYTES when set (bytes, or with a K, M,
-    G or T suffix), else 100× the file's size and at least 1 GiB."""
+    G or T suffix), else 100× the file's size and at least 256 MiB."""
     setting = os.environ.get(TEXT_LIMIT_VARIABLE, "").strip()
     if not setting:
         return max(GZIP_RATIO_LIMIT * compressed_bytes, MIN_TEXT_LIMIT)
@@ -380,8 +380,8 @@ def _too_large(path: Path, limit: int, compressed_bytes: int) -> InputError:
     if os.environ.get(TEXT_LIMIT_VARIABLE, "").strip():
         why = f"the limit {TEXT_LIMIT_VARIABLE} sets"
     else:
-        why = (f"{GZIP_RATIO_LIMIT}× its {compressed_bytes:,} bytes (real traces gunzip to 7-21×): it may be a gzip "
-               f"bomb")
+        why = (f"the limit for a {compressed_bytes:,}-byte file ({GZIP_RATIO_LIMIT}× its size, at least "
+               f"{MIN_TEXT_LIMIT >> 20} MiB; real traces gunzip to 7-21×): it may be a gzip bomb")
     return InputError(f"{path}: gunzips to more than {limit:,} bytes, {why}; set {TEXT_LIMIT_VARIABLE} "
                       f"(e.g. {TEXT_LIMIT_VARIABLE}=64G) to read it")
 
@@ -490,17 +490,19 @@ def trace_event_chunks(blocks: Iterator[bytes], chunk_bytes: int
     returns the other top-level keys, and where the text stops if it was cut (the complete entries before a cut
     are yielded; NothingToSalvage if there are none)."""
     top, text, in_object, read = _split_header(blocks)
-    pieces, size = [text], len(text)
+    pieces, size, wanted = [text], len(text), chunk_bytes
     gzip_cut = False
     try:
         for block in blocks:
             pieces.append(block)
             size += len(block)
             read += len(block)
-            if size >= chunk_bytes:
+            if size >= wanted:
                 text = b"".join(pieces)
                 begin = yield from _cut(text, len(text), chunk_bytes)
                 pieces, size = [text[begin:]], len(text) - begin
+                # No entry ended in all that text: look again once it has doubled (linear, not quadratic, time).
+                wanted = chunk_bytes if begin else 2 * size
     except StreamCut:
         gzip_cut = True
     text = b"".join(pieces)
