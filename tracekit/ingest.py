@@ -1021,10 +1021,10 @@ def _notes(events: pa.Table, instants: pa.Table, flows: pa.Table, arg_problems: 
     notes = pl.concat([
         arg_notes,
         *(noted(t, pc.is_null(t.column("ts")), BAD_TIMESTAMP, "bad_timestamp",
-                f"ts is missing or not a number; the {what} is kept with a null ts")
+                f"ts is missing, not a number or beyond int64 ns; the {what} is kept with a null ts")
           for t, what in zip(timed, ("event", "instant", "flow endpoint"))),
         noted(events, pc.is_null(events.column("dur")), BAD_DURATION, "bad_duration",
-              "dur is missing or not a number; the event is kept with a null dur"),
+              "dur is missing, not a number or beyond int64 ns; the event is kept with a null dur"),
         noted(events, no_thread, MISSING_THREAD, "missing_pid_tid",
               "pid or tid is missing; the event is kept with a null pid / tid"),
         pl.DataFrame({"group": [REPAIRED] * len(repairs), "position": [first_id + r.index for r in repairs],
@@ -1236,8 +1236,8 @@ def _timestamps_in_range(table: pa.Table, base: int, name: str) -> tuple[pa.Tabl
         return table, NOTES_SCHEMA.empty_table()
     what = {"events": "event", "instants": "instant", "flows": "flow endpoint"}[name]
     notes = _row_notes(table.filter(outside), BAD_TIMESTAMP, "bad_timestamp", pl.format(
-        "ts {} µs is out of range (more than 2^61 ns before or 2^62 ns after the epoch); the {} is kept with a null "
-        "ts", pl.col("ts") / 1000, pl.lit(what)))
+        "ts {} ns (baseTimeNanoseconds not added) is out of range (more than 2^61 ns before or 2^62 ns after the "
+        "epoch); the {} is kept with a null ts", pl.col("ts"), pl.lit(what)))
     return table.set_column(table.column_names.index("ts"), "ts", pc.if_else(outside, pa.scalar(None, pa.int64()), ts)), notes
 
 
@@ -1248,7 +1248,7 @@ def _possible_durations(events: pa.Table) -> tuple[pa.Table, pa.Table]:
     notes = []
     if pc.any(impossible).as_py():
         notes.append(_row_notes(events.filter(impossible), BAD_DURATION, "bad_duration", pl.format(
-            "dur {} µs is {}; the event is kept with a null dur", pl.col("dur") / 1000,
+            "dur {} ns is {}; the event is kept with a null dur", pl.col("dur"),
             pl.when(pl.col("dur") < 0).then(pl.lit("negative")).otherwise(pl.lit("longer than a day")))))
         dur = pc.if_else(impossible, pa.scalar(None, pa.int64()), dur)
     gpu = pl.from_arrow(events.select(["id", "args_rank", "pid", "tid", "ts", "kind"])).with_columns(
@@ -1265,9 +1265,9 @@ def _possible_durations(events: pa.Table) -> tuple[pa.Table, pa.Table]:
         over[overrun["row"].to_numpy()] = True
         notes.append(_row_notes(events.filter(pa.array(over)).set_column(
             events.column_names.index("dur"), "dur", pc.filter(dur, pa.array(over))), BAD_DURATION, "bad_duration",
-            pl.format("dur {} µs runs {} µs past the start of the next op on its stream, entry {} (work on a stream "
-                      "runs in order: a corrupt dur); the event is kept with a null dur", pl.col("dur") / 1000,
-                      pl.col("overrun") / 1000, pl.col("next_id")),
+            pl.format("dur {} ns runs {} ns past the start of the next op on its stream, entry {} (work on a stream "
+                      "runs in order: a corrupt dur); the event is kept with a null dur", pl.col("dur"),
+                      pl.col("overrun"), pl.col("next_id")),
             extra=overrun.select("id", overrun=pl.col("ts") + pl.col("dur") - pl.col("next_ts"), next_id="next_id")))
         dur = pc.if_else(pa.array(over), pa.scalar(None, pa.int64()), dur)
     if not notes:
