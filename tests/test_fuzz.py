@@ -168,7 +168,8 @@ ODD_VALUES = st.one_of(
 )
 ENTRY_FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "s", "args"]
 ARG_KEYS = ["correlation", "stream", "device", "External id", "Record function id", "rank", "Input Dims", "grid",
-            "cuda_sync_kind", "wait_on_stream", "wait_on_cuda_event_record_corr_id", "Collective name"]
+            "cuda_sync_kind", "wait_on_stream", "wait_on_cuda_event_record_corr_id", "Collective name",
+            "name", "sort_index", "labels"]  # the last three: what metadata entries hold
 TOP_KEYS = ["baseTimeNanoseconds", "distributedInfo", "deviceProperties", "schemaVersion"]
 
 MUTATION = st.one_of(

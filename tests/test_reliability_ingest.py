@@ -246,6 +246,29 @@ def test_unusable_times_are_null_and_the_rest_kept(malformed):
     assert {1, 3, 5, 7, 9} <= launched
 
 
+def test_metadata_of_odd_types(tmp_path):
+    """A name that is not a string is kept as its JSON text; a sort index that is no integer becomes null, noted;
+    processes with different metadata keys each keep theirs."""
+    entries = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": [1, 2]}},
+        {"ph": "M", "name": "process_sort_index", "pid": 2, "args": {"sort_index": "x"}},
+        {"ph": "M", "name": "process_labels", "pid": 3, "args": {"labels": 12}},
+        {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": 1, "args": {"sort_index": 2**70}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": "not an object"},
+    ]
+    path = tmp_path / "meta.json"
+    path.write_text(json.dumps({"traceEvents": entries}))
+    tables = tracekit.load(path)
+    processes = {row["pid"]: row for row in tables.polars("processes").iter_rows(named=True)}
+    assert processes["1"]["process_name"] == "[1, 2]" and processes["3"]["labels"] == "12"
+    assert processes["2"]["sort_index"] is None
+    threads = tables.polars("threads").row(0, named=True)
+    assert threads["sort_index"] is None and threads["thread_name"] is None and threads["source_entries"] == 2
+    notes = tables.polars("diagnostics").filter(pl.col("reason") == "args_type")
+    assert notes["position"].sort().to_list() == [1, 3, 4]
+    assert accounted_entries(tables) == len(entries)
+
+
 def test_analyses_leave_unusable_durations_out(malformed):
     kernels = analyses.run(malformed, "kernel_summary")
     assert kernels["count"].sum() == 5  # k0..k4: the duplicates of k4 are gone

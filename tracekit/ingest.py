@@ -103,7 +103,6 @@ _ENTRIES = msgspec.json.Decoder(list[Entry])
 _ARGS_LIST = msgspec.json.Decoder(list[Args | None], strict=False)
 _ARGS_ONE = msgspec.json.Decoder(Args | None, strict=False)
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
-_RAW_VALUE = msgspec.json.Decoder(msgspec.Raw)  # checks that a text is exactly one JSON value, building nothing
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 
@@ -1376,7 +1375,16 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
     notes = entries.notes.sort_by([("group", "ascending"), ("position", "ascending")])
     notes = with_rank(notes, "").append_column("source_file", pa.repeat(pa.scalar(source), notes.num_rows)) \
         .append_column("stage", pa.repeat(pa.scalar("ingest"), notes.num_rows))
-    threads, processes = _metadata_tables(with_rank(entries.metadata, ""))
+    threads, processes, problems = _metadata_tables(with_rank(entries.metadata, ""))
+    if problems:
+        entry, ranks, pids, details = zip(*problems)
+        notes = pa.concat_tables([notes, pa.table({
+            "group": pa.repeat(pa.scalar(ARGS_TYPE, pa.int8()), len(problems)), "position": pa.array(entry, pa.int64()),
+            "pid": pa.array(pids, pa.string()), "args_rank": pa.nulls(len(problems), pa.int64()),
+            "reason": pa.repeat(pa.scalar("args_type"), len(problems)), "detail": pa.array(details, pa.string()),
+            "dropped": pa.repeat(pa.scalar(False), len(problems)), "raw": pa.nulls(len(problems), pa.string()),
+            "rank": pa.array(ranks, pa.int32()), "source_file": pa.repeat(pa.scalar(source), len(problems)),
+            "stage": pa.repeat(pa.scalar("ingest"), len(problems))}, schema=notes.schema)])
     tables = {
         "events": events,
         "instants": with_rank(shifted(entries.instants), "instants"),
@@ -1389,21 +1397,54 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
     return FileTables(tables, entries.entry_count)
 
 
-def _metadata_tables(meta: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """`ph: M` entries tracekit keeps → threads and processes (one row per thread / process)."""
-    values = [None if a is None else _ANY.decode(a) for a in meta.column("args").to_pylist()]
+_METADATA_ARGS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_INT64 = msgspec.json.Decoder(int)
+_STR = msgspec.json.Decoder(str)
+
+
+def _metadata_tables(meta: pa.Table) -> tuple[pa.Table, pa.Table, list[tuple[int, int, str, str]]]:
+    """`ph: M` entries tracekit keeps → threads and processes (one row per thread / process), and problems with
+    their values: (entry, rank, pid, detail). A name that is not a string is kept as its JSON text; a sort index
+    that is not an integer becomes null."""
     records = {"threads": {}, "processes": {}}
-    for name, r, pid, tid, value in zip(*(meta.column(c).to_pylist() for c in ("name", "rank", "pid", "tid")), values):
+    problems = []
+    for entry, name, r, pid, tid, args in zip(*(meta.column(c).to_pylist()
+                                                 for c in ("id", "name", "rank", "pid", "tid", "args"))):
         table, column, key = METADATA_KEYS[name]
+        value, problem = _metadata_value(args, key, integer=column == "sort_index")
+        if problem:
+            problems.append((entry, r, pid, f"{name}: {problem}; left null"))
         row_key = (r, pid, tid) if table == "threads" else (r, pid)
         row = records[table].setdefault(row_key, dict(zip(schema.TABLES[table].key, row_key), source_entries=0))
-        row[column] = value.get(key) if isinstance(value, dict) else None
+        row[column] = value
         row["source_entries"] += 1
     threads, processes = (
-        schema.conform(t, pa.Table.from_pylist(list(records[t].values()))) if records[t] else schema.empty(t)
+        pa.Table.from_pylist(list(records[t].values()), schema=schema.TABLES[t].arrow_schema)
         for t in ("threads", "processes")
     )
-    return threads, processes
+    return threads, processes, problems
+
+
+def _metadata_value(args: str | None, key: str, integer: bool) -> tuple[str | int | None, str | None]:
+    """A metadata entry's args[key] as the column wants it, or (None, the problem)."""
+    try:
+        raw = _METADATA_ARGS.decode(args).get(key) if args else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, "args is not a JSON object"
+    if raw is None:
+        return None, None
+    if not integer:
+        try:
+            return _STR.decode(raw), None
+        except msgspec.ValidationError:
+            return bytes(raw).decode(), None  # not a string: its JSON text
+    try:
+        value = _INT64.decode(raw)
+    except msgspec.ValidationError:
+        return None, f"args.{key} {bytes(raw).decode()[:40]} is not an integer"
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        return None, f"args.{key} {value} is beyond the int64 range"
+    return value, None
 
 
 TOP_LEVEL_COLUMNS = ("traceEvents", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion")
