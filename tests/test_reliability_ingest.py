@@ -98,7 +98,7 @@ def test_cut_in_the_keys_after_the_entries_keeps_the_complete_ones(tmp_path):
     assert tables.events.num_rows == 5 and accounted_entries(tables) == 5
     assert json.loads(tables.polars("ranks")["trace_metadata"][0]) == {"first": {"a": [1, 2]}}
     assert tables.polars("events")["ts"].to_list() == [1000 + 1000 * i for i in range(5)]  # the base was read
-    assert "in the top-level keys that follow them" in truncated_note(tables)["detail"]
+    assert "in the top-level keys that follow the entries" in truncated_note(tables)["detail"]
 
 
 def test_cut_before_the_first_entry_is_an_error(tmp_path):
@@ -135,9 +135,28 @@ def test_cut_inside_a_later_gzip_member(tmp_path):
     second = zlib.decompressobj(wbits=31).decompress(members[len(gzip.compress(text[:50_000])):len(members) - 2000])
     complete = raw_trace.complete_entries(gunzipped_text + second)
     tables = tracekit.load(path)
+    assert ingest.read_text(path) == (gunzipped_text + second, True)
     assert 50_000 < len(gunzipped_text + second) < len(text)
     assert tables.events.num_rows == len(complete) and accounted_entries(tables) == len(complete) + 1
     assert tables.polars("events")["name"].to_list() == [f"op{i}" for i in range(len(complete))]
+
+
+def test_cut_file_read_whole_when_a_chunk_fails(tmp_path):
+    """Args that look like entry boundaries make a chunk cut fail to decode: the file is then read whole, and a cut
+    one still keeps its complete entries."""
+    entries = [{"name": f"op{i}", "ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+                "args": {"nested": [{"a": 1}, {"ts": 1}]}} for i in range(400)]  # `}, {"ts"` inside args
+    text = json.dumps({"traceEvents": entries}).encode()
+    at = len(text) * 2 // 3
+    path = tmp_path / "tricky.json"
+    path.write_bytes(text[:at])
+    with pytest.raises(ingest.NotStreamable):
+        ingest._read_streamed(path, 512)
+    parts = ingest.read_trace(path, chunk_bytes=512)
+    complete = raw_trace.complete_entries(text[:at])
+    assert parts.entries.entry_count == len(complete) + 1
+    assert parts.entries.events.column("name").to_pylist() == [e["name"] for e, _ in complete if e["ph"] == "X"]
+    assert parts.entries.notes.column("reason").to_pylist() == ["truncated"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

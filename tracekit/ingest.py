@@ -618,9 +618,8 @@ def _text_end(text: bytes, in_object: bool, read: int, gzip_cut: bool) -> TextEn
     close = int(found.positions[array_close[0]])
     if found.chars[array_close[0]] != ord("]"):
         raise NotStreamable
-    after = memoryview(body)[close + 1:]
     if not in_object:
-        if bytes(after).strip(JSON_SPACE):
+        if body[close + 1:].strip(JSON_SPACE):
             raise NotStreamable
         cut = Cut(read, b"", read, gzip_cut, True, in_object, zeros) if gzip_cut or zeros else None
         return TextEnd(close, {}, cut)
@@ -666,12 +665,12 @@ def _cut_in_entries(body: bytes, found: jsontext.Structure, start: int, read: in
                     in_object: bool, zeros: int) -> TextEnd:
     """The text stops inside the entries: they end at the last entry that closed or the last comma between
     entries, whichever is later; what follows must be the start of an entry (else the file is malformed)."""
+    if found.depth.size and found.depth.min() < 0:
+        raise NotStreamable
     closed = found.at_depth(0, b"}]")
     commas = found.at_depth(0, b",")
     closed_end = int(closed[-1]) + 1 if len(closed) else 0
     comma = int(commas[-1]) if len(commas) else 0
-    if found.depth.size and found.depth.min() < 0:
-        raise NotStreamable
     entries_end = max(closed_end, comma)
     partial_at = len(body) - len(body[entries_end:].lstrip(JSON_SPACE + b","))
     partial = body[partial_at:]
@@ -974,7 +973,7 @@ RANK_LIMIT = 2**31  # ranks are int32
 
 def _rank_column(ranks: pa.Array, problems: list[tuple[int, str]]) -> pa.Array:
     """`args.rank`, where it can be a rank (0 ≤ rank < 2^31); other values become null, each noted."""
-    if not ranks.null_count < len(ranks):
+    if ranks.null_count == len(ranks):
         return ranks
     bad = pc.fill_null(pc.or_(pc.less(ranks, 0), pc.greater_equal(ranks, RANK_LIMIT)), False)
     if not pc.any(bad).as_py():
@@ -1141,7 +1140,8 @@ def cut_note(cut: Cut, complete: int) -> pa.Table:
     if cut.partial:
         detail += f"; the entry cut short (from byte {cut.partial_at}) is dropped"
     elif cut.after_entries:
-        detail += "; the cut falls after the entries, in the top-level keys that follow them"
+        detail += "; the cut falls after the last entry" + (", in the top-level keys that follow the entries"
+                                                              if cut.in_object else "")
     else:
         detail += "; the cut falls between two entries"
     if cut.in_object and not cut.after_entries:
