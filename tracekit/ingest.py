@@ -611,6 +611,10 @@ def _text_end(text: bytes, in_object: bool, read: int, gzip_cut: bool) -> TextEn
     zeros = len(text) - len(body)
     read -= zeros
     start = read - len(body)  # where `body` begins in the decompressed text
+    if not gzip_cut and not zeros:
+        complete = _complete_end(body, in_object)
+        if complete is not None:
+            return complete
     found = jsontext.structure(body)
     array_close = np.flatnonzero(found.depth == -1)
     if not len(array_close):  # the text stops inside the entries
@@ -642,6 +646,35 @@ def _text_end(text: bytes, in_object: bool, read: int, gzip_cut: bool) -> TextEn
     if trailer is None or (rest and jsontext.value_state(b"{" + rest) != "cut"):
         raise NotStreamable
     return TextEnd(close, trailer, Cut(read, b"", read, gzip_cut, True, in_object, zeros))
+
+
+_VALUE = msgspec.json.Decoder(msgspec.Raw)  # checks that a text is exactly one JSON value, building nothing
+
+
+def _complete_end(body: bytes, in_object: bool) -> TextEnd | None:
+    """The usual end, found fast: the entries' array closes at one of the last few ']', the keys after it decode,
+    and the entries before it are one JSON array (a ']' in a key's string could pass the other checks). None
+    otherwise: the structure scan decides."""
+    close = len(body)
+    for _ in range(8):
+        close = body.rfind(b"]", max(0, len(body) - (1 << 20)), close)
+        if close < 0:
+            return None
+        after = body[close + 1:].strip(JSON_SPACE)
+        if not in_object:
+            trailer = {} if not after else None
+        elif after[-1:] == b"}":
+            trailer = _trailer(after[:-1])
+        else:
+            continue
+        if trailer is None:
+            continue
+        try:
+            _VALUE.decode(b"".join((b"[", memoryview(body)[:close + 1])))
+        except msgspec.DecodeError:
+            continue
+        return TextEnd(close, trailer, None)
+    return None
 
 
 def _trailer(keys: bytes) -> dict[str, bytes] | None:
@@ -1202,17 +1235,16 @@ def screened(parts: TraceParts) -> TraceParts:
 def _without_duplicates(table: pa.Table, key: list[str]) -> tuple[pa.Table, pa.Table]:
     """The table without rows identical in every column read from the entry but the position (timed rows only),
     and their notes."""
-    timed = ["ts", "dur"] if "dur" in key else ["ts"]
     if table.num_rows < 2:
         return table, NOTES_SCHEMA.empty_table()
-    times = pl.from_arrow(table.select(timed))
-    candidates = times.is_duplicated() & times.select(pl.all_horizontal(pl.all().is_not_null())).to_series()
+    candidates = _same_times(table, ["ts", "dur"] if "dur" in key else ["ts"], ["name", "args"])
     if not candidates.any():
         return table, NOTES_SCHEMA.empty_table()
-    rows = np.flatnonzero(candidates.to_numpy())
+    rows = np.flatnonzero(candidates)
     extra = ["args_rank"] if "args_rank" in table.column_names else []
-    same = pl.from_arrow(table.select(["id", *key, *extra]).take(rows)).with_row_index("row").with_columns(
-        first=pl.col("id").min().over(key)).filter(pl.col("id") != pl.col("first"))
+    # filter, not take: take would first join the chunks of every column (the args text: the bulk of the file)
+    same = pl.from_arrow(table.select(["id", *key, *extra]).filter(pa.array(candidates))).with_row_index(
+        "row").with_columns(first=pl.col("id").min().over(key)).filter(pl.col("id") != pl.col("first"))
     if not same.height:
         return table, NOTES_SCHEMA.empty_table()
     drop = np.zeros(table.num_rows, dtype=bool)
@@ -1223,6 +1255,25 @@ def _without_duplicates(table: pa.Table, key: list[str]) -> tuple[pa.Table, pa.T
         detail=pl.format("identical to entry {} (kept): a duplicate is dropped", "first"), dropped=pl.lit(True),
         raw=pl.lit(None, dtype=pl.String))
     return table.filter(pa.array(~drop)), notes.to_arrow().cast(NOTES_SCHEMA)
+
+
+def _same_times(table: pa.Table, columns: list[str], texts: list[str]) -> np.ndarray:
+    """Rows whose times (none null) and lengths of `texts` hash like another row's: the only rows that can be
+    duplicates. By sorting a hash in numpy: a fraction of the memory a hash table over the columns takes."""
+    valid = np.ones(table.num_rows, dtype=bool)
+    hashed = np.zeros(table.num_rows, dtype=np.int64)
+    for column in columns:
+        values = table.column(column)
+        valid &= ~values.is_null().to_numpy(zero_copy_only=False)
+        hashed = hashed * np.int64(1_000_003) ^ pc.fill_null(values, 0).to_numpy()  # wraps: a hash
+    for column in texts:
+        lengths = pc.fill_null(pc.binary_length(table.column(column)), -1).cast(pa.int64())
+        hashed = hashed * np.int64(1_000_003) ^ lengths.to_numpy()
+    order = np.argsort(hashed)
+    repeated = np.flatnonzero(hashed[order[1:]] == hashed[order[:-1]])
+    same = np.zeros(table.num_rows, dtype=bool)
+    same[order[repeated]] = same[order[repeated + 1]] = True
+    return same & valid
 
 
 def _timestamps_in_range(table: pa.Table, base: int, name: str) -> tuple[pa.Table, pa.Table]:
@@ -1250,9 +1301,11 @@ def _possible_durations(events: pa.Table) -> tuple[pa.Table, pa.Table]:
             "dur {} ns is {}; the event is kept with a null dur", pl.col("dur"),
             pl.when(pl.col("dur") < 0).then(pl.lit("negative")).otherwise(pl.lit("longer than a day")))))
         dur = pc.if_else(impossible, pa.scalar(None, pa.int64()), dur)
-    gpu = pl.from_arrow(events.select(["id", "args_rank", "pid", "tid", "ts", "kind"])).with_columns(
-        dur=pl.from_arrow(dur)).with_row_index("row").filter(
-        pl.col("kind").is_in(GPU_OP_KINDS) & pl.col("ts").is_not_null() & pl.col("dur").is_not_null()
+    timed_gpu_op = pc.and_(pc.is_in(events.column("kind"), pa.array(GPU_OP_KINDS)),
+                           pc.and_(pc.is_valid(events.column("ts")), pc.is_valid(dur)))
+    rows = np.flatnonzero(timed_gpu_op.to_numpy(zero_copy_only=False))
+    gpu = pl.from_arrow(events.select(["id", "args_rank", "pid", "tid", "ts"]).filter(timed_gpu_op)).with_columns(
+        dur=pl.from_arrow(pc.filter(dur, timed_gpu_op)), row=pl.Series(rows)
     ).sort(["args_rank", "pid", "tid", "ts", "id"], nulls_last=True)
     stream = ["args_rank", "pid", "tid"]
     overrun = gpu.with_columns(
