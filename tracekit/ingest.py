@@ -6,6 +6,12 @@ decompressed text is never held at once and each chunk's Python objects are gone
 array: a cut anywhere but between two entries makes it invalid JSON. Anything unusual sends the file down the
 whole-file path instead, which also words every error.
 
+A file that stops early (a killed job, a full disk, a cut gzip stream) keeps every entry complete before the cut:
+the end of the text is found from its structure (tracekit.jsontext), and a `truncated` diagnostic says where it
+stopped. Gunzipping is bounded (text_limit). Entries that are not quite JSON (NaN, lone surrogates, bytes that are
+not UTF-8) are repaired one by one, and the file's timed entries are screened for exact duplicates and times that
+cannot be real (`screened`).
+
 Speed comes from msgspec: entries decode into typed Structs with `args`, `ts` and `dur` kept as raw JSON text, so
 the arguments stay byte-exact and timestamps are parsed from their decimal text without float rounding; columns
 are transposed in C and stay in Arrow.
