@@ -216,7 +216,7 @@ MALFORMED = [  # (entry, reasons its position gets in diagnostics)
     (op("text_ts", ts="1234"), {"bad_timestamp"}),
     (op("nan", ts=float("nan"), dur=float("inf")), {"non_finite_number", "bad_timestamp", "bad_duration"}),
     ({k: v for k, v in op("no_pid BADBYTE").items() if k != "pid"}, {"missing_pid_tid", "bad_utf8"}),
-    (op("huge", ts=1e20, args={"External id": 2**70, "rank": 2**40}), {"bad_timestamp", "args_type"}),
+    (op("huge", ts=1e20, args={"External id": 2**70, "rank": 2**40, "device": 2**31}), {"bad_timestamp", "args_type"}),
     ({"ph": "Q", "name": "unknown phase"}, {"unknown_phase"}),
     (op("lone \ud800 surrogate"), {"lone_surrogate"}),
     ({"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": 5, "s": "t"}, set()),
@@ -286,6 +286,18 @@ def test_metadata_of_odd_types(tmp_path):
     notes = tables.polars("diagnostics").filter(pl.col("reason") == "args_type")
     assert notes["position"].sort().to_list() == [1, 3, 4]
     assert accounted_entries(tables) == len(entries)
+
+
+def test_non_utf8_entry_after_a_bracket(tmp_path):
+    """A lone surrogate written raw (invalid UTF-8) in an entry after a ']': a place to look for the array's end
+    that must not be taken for one (found by the fuzz tests)."""
+    path = tmp_path / "raw_surrogate.json"
+    path.write_bytes(json.dumps({"traceEvents": [[], "\ud800"]}, ensure_ascii=False).encode(errors="surrogatepass"))
+    tables = tracekit.load(path)
+    notes = tables.polars("diagnostics")
+    assert sorted(notes["reason"]) == ["bad_utf8", "not_an_object", "not_an_object"]
+    dropped = notes.filter(pl.col("position") == 1, pl.col("dropped"))
+    assert json.loads(dropped["raw"][0]) == "\ufffd\ufffd\ufffd"
 
 
 def test_analyses_leave_unusable_durations_out(malformed):

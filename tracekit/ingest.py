@@ -102,8 +102,10 @@ class Args(msgspec.Struct, gc=False):
 
 ARGS_FIELDS = Args.__struct_fields__
 RAW_ARGS_FIELDS = {f.name for f in msgspec.structs.fields(Args) if f.type is msgspec.Raw}  # kept as JSON text
+INT32_ARGS = ("device", "group_size")  # int32 columns of `events`
 ARG_TYPES = {f.name: pa.string() if f.name in RAW_ARGS_FIELDS or str in get_args(f.type)
-             else pa.list_(pa.int64()) if f.name in ("grid", "block") else pa.int64()
+             else pa.list_(pa.int64()) if f.name in ("grid", "block")
+             else pa.int32() if f.name in INT32_ARGS else pa.int64()
              for f in msgspec.structs.fields(Args)}
 _ENTRIES = msgspec.json.Decoder(list[Entry])
 _ARGS_LIST = msgspec.json.Decoder(list[Args | None], strict=False)
@@ -583,7 +585,7 @@ def _header_keys(head: bytes) -> dict[str, bytes] | None:
     for text in (head, jsontext.repaired_json(head)[0]):
         try:  # a top-level key only if the text before it is the start of an object
             keys = _TOP.decode(text + b'"traceEvents":null}')
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             continue
         return {k: bytes(v) for k, v in keys.items() if k != "traceEvents"}
     return None
@@ -694,7 +696,7 @@ def _trailer(keys: bytes) -> dict[str, bytes] | None:
     for text in (keys[1:], jsontext.repaired_json(keys[1:])[0]):
         try:
             trailer = _TOP.decode(b"{" + text + b"}")
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             continue
         return {k: bytes(v) for k, v in trailer.items()} if trailer and "traceEvents" not in trailer else None
     return None
@@ -991,18 +993,21 @@ ARG_JSON_NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Args)}
 
 
 def _int_column(field: str, values: tuple, problems: list[tuple[int, str]]) -> pa.Array:
-    """An integer (or integer list, or text) args column; integers beyond int64 become null, each noted."""
+    """An integer (or integer list, or text) args column; integers beyond its type become null, each noted."""
     type_ = ARG_TYPES[field]
     try:
         return pa.array(values, type=type_)
     except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError):
         pass
 
+    bits = type_.value_type.bit_width if pa.types.is_list(type_) else type_.bit_width
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
     def fits(v) -> bool:
-        return all(-INT64_MAX - 1 <= i <= INT64_MAX for i in v) if isinstance(v, list) else -INT64_MAX - 1 <= v <= INT64_MAX
+        return all(low <= i <= high for i in v) if isinstance(v, list) else low <= v <= high
 
     kept = [v if v is None or fits(v) else None for v in values]
-    problems += [(row, f"args.{ARG_JSON_NAMES[field]} is beyond the int64 range")
+    problems += [(row, f"args.{ARG_JSON_NAMES[field]} is beyond the int{bits} range")
                  for row, (v, k) in enumerate(zip(values, kept)) if v is not None and k is None]
     return pa.array(kept, type=type_)
 
