@@ -69,6 +69,40 @@ def read(path: Path) -> RawTrace:
     return RawTrace(path, rank, events)
 
 
+def complete_entries(text: bytes) -> list:
+    """The traceEvents entries wholly inside `text` (a trace's text, possibly cut anywhere), by the json module:
+    entry after entry decoded from where the array opens, each returned with the offset where its text ends."""
+    chars = text.decode("latin-1")  # one char per byte: offsets stay byte offsets
+    decoder = json.JSONDecoder()
+    opening = re.search(r'^\s*\[|"traceEvents"\s*:\s*\[', chars)
+    if opening is None:  # cut before the entries
+        return []
+    position, found = opening.end(), []
+    while True:
+        position = len(chars) - len(chars[position:].lstrip(" \t\r\n,"))
+        try:
+            entry, end = decoder.raw_decode(chars, position)
+        except json.JSONDecodeError:
+            return found
+        if end == len(chars) and not isinstance(entry, (dict, list, str)):
+            return found  # a number (or literal) at the very end may have been cut
+        found.append((entry, end))
+        position = end
+
+
+def has_partial_entry(text: bytes, complete: list) -> bool:
+    """Whether `text` stops inside an entry (after `complete`, from complete_entries): something other than a
+    separator or the array's end follows the last complete entry."""
+    chars = text.decode("latin-1")
+    if complete:
+        rest = chars[complete[-1][1]:]
+    else:
+        opening = re.search(r'^\s*\[|"traceEvents"\s*:\s*\[', chars)
+        rest = chars[opening.end():] if opening else ""
+    rest = rest.lstrip(" \t\r\n,")
+    return bool(rest) and not rest.startswith("]")
+
+
 def gpu_category(e: Event) -> str:
     kind = GPU_CATS[e.cat]
     if kind == "memcpy":

@@ -45,8 +45,22 @@ def user_errors(fn):
     return wrapper
 
 
+CUT_FILE_EXIT_CODE = 3  # the work is done, but from a cut trace file (1: regression gate, 2: user error)
+
+
 def load_with_progress(paths: tuple[str, ...], rank: int | None = None):
-    """`load` with a progress bar when the input is several files or large."""
+    """`load` with a progress bar when the input is several files or large; a warning line for each cut trace
+    file, whose complete entries were read (the command then ends with CUT_FILE_EXIT_CODE)."""
+    tables = _load_with_progress(paths, rank)
+    cut = tables.polars("diagnostics").filter(pl.col("reason") == "truncated")
+    for source, detail in cut.select("source_file", "detail").unique(maintain_order=True).iter_rows():
+        click.echo(f"tracekit: warning: {source}: {detail}", err=True)
+    if cut.height:
+        click.get_current_context().meta["tracekit_cut_files"] = True
+    return tables
+
+
+def _load_with_progress(paths: tuple[str, ...], rank: int | None):
     if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
         return load(paths)
     files = find_trace_files(paths)
@@ -63,6 +77,13 @@ def load_with_progress(paths: tuple[str, ...], rank: int | None = None):
 @click.version_option(package_name="tracekit")
 def main():
     """Turn PyTorch profiler traces into answers: tables, SQL, Excel reports, diffs."""
+
+
+@main.result_callback()
+def cut_files_exit_code(_result, **_params):
+    """After a command finished normally: exit code 3 if it read a cut trace file."""
+    if click.get_current_context().meta.get("tracekit_cut_files"):
+        sys.exit(CUT_FILE_EXIT_CODE)
 
 
 @main.command()

@@ -151,7 +151,8 @@ RANKS = Table(
         _col("base_time_ns", I64, "ns", "`baseTimeNanoseconds` (0 when the trace uses absolute timestamps)."),
         _col("schema_version", STR, "", "`schemaVersion`."),
         _col("trace_metadata", STR, "JSON", "Every other top-level key of the trace file, as one JSON object."),
-        _col("trace_entries", I64, "entries", "Length of the file's `traceEvents` list (all ranks of a merged file)."),
+        _col("trace_entries", I64, "entries", "Length of the file's `traceEvents` list (all ranks of a merged file); "
+             "for a cut file, the complete entries plus the one the cut fell in."),
     ),
 )
 
@@ -165,7 +166,8 @@ DIAGNOSTICS = Table(
         _col("source_file", STR, "", "File concerned."),
         _col("position", I64, "", "Position in `traceEvents` (null for file-level notes); equals `events.id` for events."),
         _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et."),
-        _col("reason", STR, "", "Short machine-readable reason (e.g. unknown_phase, bad_timestamp, no_launcher)."),
+        _col("reason", STR, "", "Short machine-readable reason (e.g. unknown_phase, bad_timestamp, bad_duration, "
+             "duplicate_entry, truncated, no_launcher; README, Damaged and unusual traces)."),
         _col("detail", STR, "", "Human-readable explanation."),
         _col("dropped", BOOL, "", "True when the entry became no row in any table."),
         _col("raw", STR, "JSON", "The entry as JSON text, when it was dropped."),
