@@ -177,15 +177,15 @@ def test_cli_warns_about_a_cut_file_and_exits_3(tmp_path):
                f"written after traceEvents (if any) are lost")
     assert result.stderr.splitlines() == [warning]
     assert tracekit.load(tmp_path / "ds").events.num_rows == 5  # the work was done
-    result = run_cli("sql", str(tmp_path / "ds"), "select count(*) as n from events")
+    result = run_cli("sql", "select count(*) as n from events", str(tmp_path / "ds"))
     assert result.returncode == 3 and "tracekit: warning:" in result.stderr and "5" in result.stdout
     whole = tmp_path / "whole.json"
     whole.write_bytes(text)
-    result = run_cli("sql", str(whole), "select count(*) as n from events")
+    result = run_cli("sql", "select count(*) as n from events", str(whole))
     assert result.returncode == 0 and not result.stderr
     header_only = tmp_path / "header.json"
     header_only.write_bytes(text[:10])
-    result = run_cli("sql", str(header_only), "select 1")
+    result = run_cli("sql", "select 1", str(header_only))
     assert result.returncode == 2 and "nothing to salvage" in result.stderr
 
 

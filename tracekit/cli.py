@@ -20,7 +20,7 @@ from . import synth as synthetic
 from .database import from_tables, open_traces
 from .errors import InputError
 from .graph import graph_writer, write_graph
-from .loader import find_trace_files, is_dataset, load, write_dataset
+from .loader import find_trace_files, is_dataset, load, refuse_no_events, write_dataset
 from .outputs import refuse_input_dir, refuse_input_file
 from .results import FORMATS, choose_format, print_frame, write_frame
 from .sql_shell import queries_frame, run_shell
@@ -52,12 +52,17 @@ def load_with_progress(paths: tuple[str, ...], rank: int | None = None):
     """`load` with a progress bar when the input is several files or large; a warning line for each cut trace
     file, whose complete entries were read (the command then ends with CUT_FILE_EXIT_CODE)."""
     tables = _load_with_progress(paths, rank)
-    cut = tables.polars("diagnostics").filter(pl.col("reason") == "truncated")
+    refuse_no_events(tables, list(paths))
+    warn_about_cut_files(tables.polars("diagnostics").filter(pl.col("reason") == "truncated"))
+    return tables
+
+
+def warn_about_cut_files(cut: pl.DataFrame) -> None:
+    """One warning line per cut trace file (`truncated` diagnostics); the command then ends with CUT_FILE_EXIT_CODE."""
     for source, detail in cut.select("source_file", "detail").unique(maintain_order=True).iter_rows():
         click.echo(f"tracekit: warning: {source}: {detail}", err=True)
     if cut.height:
         click.get_current_context().meta["tracekit_cut_files"] = True
-    return tables
 
 
 def _load_with_progress(paths: tuple[str, ...], rank: int | None):
@@ -306,8 +311,14 @@ def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | N
 
 
 def open_database(inputs: list[str], rank: int | None = None):
+    """Traces are read (with the checks and warnings of load_with_progress); a dataset is opened in place."""
     if len(inputs) == 1 and Path(inputs[0]).is_dir() and is_dataset(Path(inputs[0])):
-        return open_traces(inputs)
+        db = open_traces(inputs)
+        if not db.sql("select count(*) from ((select 1 from events limit 1) union all "
+                      "(select 1 from instants limit 1) union all (select 1 from et_nodes limit 1))").item():
+            raise InputError(f"{inputs[0]}: the dataset holds no trace events")
+        warn_about_cut_files(db.sql("select source_file, detail from diagnostics where reason = 'truncated'"))
+        return db
     return from_tables(load_with_progress(tuple(inputs), rank), ", ".join(inputs))
 
 

@@ -109,12 +109,17 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
     tables = build_edges(tables) if edges else tables
     tables = attach_execution_traces(tables, execution_traces)
-    refuse_no_events(tables, files)
+    if not tables.diagnostics.num_rows:  # entries that make no row are in diagnostics: none of either is nothing
+        refuse_no_events(tables, files)
     return tables
 
 
-def refuse_no_events(tables: TraceTables, files: list[Path]) -> None:
-    """InputError when the files hold nothing to analyse: no event, instant or Execution Trace node."""
+def refuse_no_events(tables: TraceTables, files: list[str | Path]) -> None:
+    """InputError when the files hold nothing to analyse: no event, instant or Execution Trace node.
+
+    `load` refuses only inputs with no entry at all; the commands refuse these too (an empty report helps nobody),
+    while a notebook can still look at the diagnostics of a file whose every entry was unusable.
+    """
     if tables.events.num_rows or tables.instants.num_rows or tables.et_nodes.num_rows:
         return
     named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
