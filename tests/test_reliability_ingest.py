@@ -228,6 +228,7 @@ MALFORMED = [  # (entry, reasons its position gets in diagnostics)
     (42, {"not_an_object"}),
     ({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}, set()),
     ({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}, set()),  # merged, not dropped
+    (op("float_pid_then_nan", pid=1.5, dur=float("nan")), {"non_finite_number", "bad_duration"}),  # found by fuzzing
 ]
 DROPPED_REASONS = {"duplicate_entry", "unknown_phase", "not_an_object"}
 

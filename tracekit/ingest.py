@@ -228,18 +228,17 @@ def _decoded_entry(path: Path, raw: bytes) -> tuple[Entry | None, bytes, list[st
     if not jsontext.valid_utf8(raw):
         raw = jsontext.utf8_repaired(raw)
         reasons.append("bad_utf8")
-    try:
-        return _ENTRY.decode(raw), raw, reasons
-    except msgspec.ValidationError:
-        return _lenient_entry(raw), raw, reasons
-    except msgspec.DecodeError as exc:
-        repaired, more = jsontext.repaired_json(raw)
-        if not more:
-            raise InputError(f"{path}: not valid JSON ({exc})") from None
-    try:
-        return _lenient_entry(repaired), repaired, reasons + more
-    except msgspec.DecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    while True:
+        try:
+            try:
+                return _ENTRY.decode(raw), raw, reasons
+            except msgspec.ValidationError:  # a field of another type, maybe not-quite-JSON further on
+                return _lenient_entry(raw), raw, reasons
+        except msgspec.DecodeError as exc:
+            repaired, more = jsontext.repaired_json(raw)
+            if not more or repaired == raw:
+                raise InputError(f"{path}: not valid JSON ({exc})") from None
+            raw, reasons = repaired, reasons + more
 
 
 def _pid_text(pid) -> str | None:
