@@ -292,7 +292,8 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     check_output(fmt, out_path, inputs)
     with open_database(inputs, rank) as db:
         if query is None:
-            sys.exit(run_shell(db, stdout, max_rows))
+            run_shell(db, stdout, max_rows)
+            return
         emit(db.sql(query), fmt, out_path, max_rows, inputs)
 
 
@@ -314,9 +315,6 @@ def open_database(inputs: list[str], rank: int | None = None):
     """Traces are read (with the checks and warnings of load_with_progress); a dataset is opened in place."""
     if len(inputs) == 1 and Path(inputs[0]).is_dir() and is_dataset(Path(inputs[0])):
         db = open_traces(inputs)
-        if not db.sql("select count(*) from ((select 1 from events limit 1) union all "
-                      "(select 1 from instants limit 1) union all (select 1 from et_nodes limit 1))").item():
-            raise InputError(f"{inputs[0]}: the dataset holds no trace events")
         warn_about_cut_files(db.sql("select source_file, detail from diagnostics where reason = 'truncated'"))
         return db
     return from_tables(load_with_progress(tuple(inputs), rank), ", ".join(inputs))

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from . import analyses, schema
 from .errors import InputError
-from .loader import DATASET_MARKER, check_dataset, dataset_table_files, first_line, is_dataset, load
+from .loader import check_dataset, check_dataset_rows, dataset_table_files, first_line, is_dataset, load
 from .tables import TraceTables
 
 
@@ -124,10 +124,6 @@ class TraceDatabase:
         for name in sorted(named):
             define_analysis_view(self.con, name, self._defined, self.analysis_problems)
 
-    def to_tables(self) -> TraceTables:
-        """Every table as Arrow (what `tracekit.report` and `tracekit.diff` take)."""
-        return TraceTables().with_tables(**{name: self.arrow(name) for name in TraceTables.names()})
-
     def _known(self, name: str) -> str:
         if name not in TraceTables.names() and name not in ANALYSES_AS_VIEWS:
             raise InputError(f"{name}: no such table or analysis (tables: {', '.join(TraceTables.names())}; "
@@ -154,13 +150,11 @@ def from_tables(tables: TraceTables, source: str = "tables") -> TraceDatabase:
 def open_dataset(path: Path) -> TraceDatabase:
     """A database whose tables are views over the Parquet files of an ingested dataset."""
     expected = check_dataset(path)["tables"]
+    files_of = {name: dataset_table_files(path, name) for name in TraceTables.names()}
+    # footers only: an altered or corrupt table is named now, not at the first query
+    check_dataset_rows(path, {name: sum(map(parquet_rows, files)) for name, files in files_of.items()}, expected)
     con = duckdb.connect()
-    for name in TraceTables.names():
-        files = dataset_table_files(path, name)
-        rows = sum(parquet_rows(f) for f in files)  # footers only: an altered or corrupt table is named now
-        if rows != expected.get(name, 0):
-            raise InputError(f"{path / name}: holds {rows:,} rows but {DATASET_MARKER} says {expected.get(name, 0)!r} "
-                             "(the dataset is incomplete or was altered)")
+    for name, files in files_of.items():
         if not files:
             con.register(name, schema.empty(name))
             continue

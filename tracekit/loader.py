@@ -248,19 +248,19 @@ def read_dataset(path: Path) -> TraceTables:
     the rows the marker says it does."""
     path = Path(path)
     expected = check_dataset(path)["tables"]
-    loaded = {}
+    loaded = {name: read_table(path / name, name) for name in TraceTables.names() if (path / name).is_dir()}
+    check_dataset_rows(path, {name: table.num_rows for name, table in loaded.items()}, expected)
+    return TraceTables(**loaded)
+
+
+def check_dataset_rows(path: Path, rows: dict[str, int], expected: dict) -> None:
+    """InputError when a table does not hold the rows the marker says it does, or the dataset has no events."""
     for name in TraceTables.names():
-        table_dir = path / name
-        if table_dir.is_dir():
-            loaded[name] = read_table(table_dir, name)
-        rows = loaded[name].num_rows if name in loaded else 0
-        if rows != expected.get(name, 0):
-            raise InputError(f"{table_dir}: holds {rows:,} rows but {DATASET_MARKER} says {expected.get(name, 0)!r} "
-                             f"(the dataset is incomplete or was altered)")
-    tables = TraceTables(**loaded)
-    if not (tables.events.num_rows or tables.instants.num_rows or tables.et_nodes.num_rows):
+        if rows.get(name, 0) != expected.get(name, 0):
+            raise InputError(f"{path / name}: holds {rows.get(name, 0):,} rows but {DATASET_MARKER} says "
+                             f"{expected.get(name, 0)!r} (the dataset is incomplete or was altered)")
+    if not (rows.get("events") or rows.get("instants") or rows.get("et_nodes")):
         raise InputError(f"{path}: the dataset holds no trace events")
-    return tables
 
 
 def read_table(table_dir: Path, name: str) -> pa.Table:

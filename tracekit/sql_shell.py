@@ -67,8 +67,9 @@ def terminal_lines(prompt: str) -> Iterator[str]:
                 pass
 
 
-def run_shell(db: TraceDatabase, console: Console, max_rows: int, interactive: bool | None = None) -> int:
-    """Read queries until the end of input; returns the exit code (2 when a piped query failed)."""
+def run_shell(db: TraceDatabase, console: Console, max_rows: int, interactive: bool | None = None) -> None:
+    """Read queries until the end of input. At a terminal an error is printed and the prompt goes on; from a pipe
+    it is raised (the command exits 2)."""
     interactive = sys.stdin.isatty() if interactive is None else interactive
     lines = terminal_lines("tracekit> ") if interactive else (line.rstrip("\n") for line in sys.stdin)
     if interactive:
@@ -85,7 +86,6 @@ def run_shell(db: TraceDatabase, console: Console, max_rows: int, interactive: b
             if not interactive:
                 raise
             console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-    return 0
 
 
 def answer_line(db: TraceDatabase, text: str, console: Console, max_rows: int) -> None:
