@@ -94,14 +94,27 @@ create or replace macro critical_path_segments(windows) as table
     cp_last_child as (
         select rank, parent as id, id as child from cp_cpu where next_sibling_pre is null and parent is not null
     ),
+    -- The edges the walk follows (launch, stream, sync), with both ends' times. Each end is looked up by an
+    -- equi-join of two relations behind a materialized fence: with all three in one join, a planner may pair the
+    -- events by a time comparison before matching them by id (DuckDB 2.0.1 did: a near-cross product of the
+    -- events, unbounded memory).
+    cp_link_dst as materialized (
+        select x.rank, x.kind, x.src, x.dst, g.ts as dst_ts, g.end_ns as dst_end, g.on_gpu as dst_on_gpu
+        from edges x
+        join cp_events g on g.rank = x.rank and g.id = x.dst
+        where x.kind in ('launch', 'stream', 'sync')
+    ),
+    cp_links as materialized (
+        select l.*, p.ts as src_ts, p.end_ns as src_end, p.on_gpu as src_on_gpu, p.category as src_category
+        from cp_link_dst l
+        join cp_events p on p.rank = l.rank and p.id = l.src
+    ),
     -- GPU ops a host call waited for: the latest to end while the call ran
     cp_host_waits as (
-        select s.rank, s.dst as id, arg_max(g.id, struct_pack(g.end_ns, g.id)) as gpu_id
-        from edges s
-        join cp_events g on g.rank = s.rank and g.id = s.src and g.on_gpu
-        join cp_events h on h.rank = s.rank and h.id = s.dst and not h.on_gpu
-        where s.kind = 'sync' and g.end_ns > h.ts and g.end_ns <= h.end_ns
-        group by s.rank, s.dst
+        select rank, dst as id, arg_max(src, struct_pack(src_end, src)) as gpu_id
+        from cp_links
+        where kind = 'sync' and src_on_gpu and not dst_on_gpu and src_end > dst_ts and src_end <= dst_end
+        group by rank, dst
     ),
     -- Every state with its predecessor (next_id, next_at_end), the predecessor's time (= the lower end of the
     -- time the step covers), who owns that time, its lane (thread or stream) and its place there (sort keys):
@@ -152,33 +165,27 @@ create or replace macro critical_path_segments(windows) as table
     ),
     -- what a GPU op's start may wait for; ready = when it let the op go
     cp_gpu_candidates as (
-        select g.rank, g.id, p.id as pred, 1 as priority,
-               case when p.end_ns <= g.ts then p.end_ns else g.ts end as ready,
-               p.end_ns <= g.ts as pred_at_end,
-               case when p.end_ns <= g.ts then p.end_ns else p.ts end as lower_ns,
-               case when p.end_ns <= g.ts then g.id else p.id end as segment_event,
-               case when p.end_ns <= g.ts then 'kernel_to_kernel_gap' else p.category end as category
-        from edges x
-        join cp_events g on g.rank = x.rank and g.id = x.dst
-        join cp_events p on p.rank = x.rank and p.id = x.src
-        where x.kind = 'stream' and p.ts <= g.ts
+        select rank, dst as id, src as pred, 1 as priority,
+               case when src_end <= dst_ts then src_end else dst_ts end as ready,
+               src_end <= dst_ts as pred_at_end,
+               case when src_end <= dst_ts then src_end else src_ts end as lower_ns,
+               case when src_end <= dst_ts then dst else src end as segment_event,
+               case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category
+        from cp_links
+        where kind = 'stream' and src_ts <= dst_ts
         union all
-        select g.rank, g.id, q.id, 2, q.end_ns, true, q.end_ns, g.id, 'sync_wait'
-        from edges x
-        join cp_events g on g.rank = x.rank and g.id = x.dst and g.on_gpu
-        join cp_events q on q.rank = x.rank and q.id = x.src and q.on_gpu
-        where x.kind = 'sync' and q.end_ns <= g.ts
+        select rank, dst, src, 2, src_end, true, src_end, dst, 'sync_wait'
+        from cp_links
+        where kind = 'sync' and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
-        select g.rank, g.id, l.id, 3,
-               case when l.end_ns <= g.ts then l.end_ns else g.ts end,
-               l.end_ns <= g.ts,
-               case when l.end_ns <= g.ts then l.end_ns else l.ts end,
-               case when l.end_ns <= g.ts then g.id else l.id end,
-               case when l.end_ns <= g.ts then 'launch_overhead' else 'cpu' end
-        from edges x
-        join cp_events g on g.rank = x.rank and g.id = x.dst
-        join cp_events l on l.rank = x.rank and l.id = x.src
-        where x.kind = 'launch' and l.ts <= g.ts
+        select rank, dst, src, 3,
+               case when src_end <= dst_ts then src_end else dst_ts end,
+               src_end <= dst_ts,
+               case when src_end <= dst_ts then src_end else src_ts end,
+               case when src_end <= dst_ts then dst else src end,
+               case when src_end <= dst_ts then 'launch_overhead' else 'cpu' end
+        from cp_links
+        where kind = 'launch' and src_ts <= dst_ts
     ),
     cp_gpu_start as (
         select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end, c.lower_ns,
