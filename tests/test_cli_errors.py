@@ -83,6 +83,7 @@ def bad_inputs(tmp_path_factory, good_trace) -> dict[str, BadInput]:
     os.mkfifo(root / "pipe.json")
     add("fifo", "not a regular file", root / "pipe.json")
     add("unreadable", "permission denied", UNREADABLE)
+    add("name_too_long", "file name too long", root / ("t" * 300 + ".json"))
 
     corrupt = make_dataset(root, good_trace, "corrupt_parquet.tables")
     next((corrupt / "events").rglob("*.parquet")).write_bytes(b"PAR1 this is not parquet")
@@ -115,7 +116,7 @@ CANDIDATE_INPUTS = {"empty", "png", "json_list_of_numbers", "dataset_corrupt_par
 
 BAD_INPUT_NAMES = ["missing", "empty", "empty_gzip", "png", "csv", "json_object", "json_list_of_numbers",
                    "empty_trace_events", "directory_without_traces", "parent_is_a_file", "broken_symlink", "fifo",
-                   "unreadable", "dataset_corrupt_parquet", "dataset_corrupt_marker", "dataset_newer_format",
+                   "unreadable", "name_too_long", "dataset_corrupt_parquet", "dataset_corrupt_marker", "dataset_newer_format",
                    "dataset_missing_table"]
 
 
@@ -191,3 +192,25 @@ def test_files_without_events_beside_a_trace_are_ranks_without_events(good_trace
     assert tables.polars("ranks").select("rank", "rank_source").rows() == [
         (0, "distributedInfo"), (1, "file_name"), (2, "file_order")]
     assert tables.polars("diagnostics").filter(source_file=str(tmp_path / "stray.json"))["dropped"].sum() == 2
+
+
+# Queries as users paste them: longer than a file name may be, over several lines with `--` comments. None is a path.
+ODD_QUERIES = {
+    "longer_than_a_file_name": "with kernels as (select name, dur from events where kind = 'kernel'), "
+                               + " ".join(f"k{i} as (select * from kernels)," for i in range(12))
+                               + " longest as (select count(*) as n from kernels) select n from longest",
+    "lines_and_comments": "-- kernels in the trace\nselect count(*) as n -- one row\nfrom events\n"
+                          "where kind = 'kernel' -- GPU kernels only\n",
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_QUERIES))
+def test_odd_query_arguments_answer(name, good_trace):
+    query = ODD_QUERIES[name]
+    assert len(query) > 255 or "\n" in query
+    kernels = sum(1 for e in json.loads(good_trace.read_text())["traceEvents"]
+                  if e.get("ph") == "X" and e.get("cat") == "kernel")
+    result = subprocess.run([sys.executable, "-m", "tracekit.cli", "sql", query, str(good_trace), "--format", "csv"],
+                            capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["n", str(kernels)]

@@ -20,7 +20,7 @@ from . import synth as synthetic
 from .database import from_tables, open_traces
 from .errors import InputError
 from .graph import graph_writer, write_graph
-from .loader import find_trace_files, is_dataset, load, refuse_no_events, write_dataset
+from .loader import dataset_input, find_trace_files, load, path_kind, refuse_no_events, write_dataset
 from .outputs import refuse_input_dir, refuse_input_file
 from .results import FORMATS, choose_format, print_frame, write_frame
 from .sql_shell import queries_frame, run_shell
@@ -32,7 +32,8 @@ stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() or "COLUMNS" 
 
 
 def user_errors(fn):
-    """Turn InputError into one line on stderr and exit code 2."""
+    """Turn InputError, and an OSError about a path the user gave (a name too long, a folder not writable), into
+    one line on stderr and exit code 2."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -40,6 +41,11 @@ def user_errors(fn):
             return fn(*args, **kwargs)
         except InputError as exc:
             click.echo(f"tracekit: error: {exc}", err=True)
+            sys.exit(2)
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            click.echo(f"tracekit: error: {exc.filename}: {(exc.strerror or str(exc)).lower()}", err=True)
             sys.exit(2)
 
     return wrapper
@@ -66,7 +72,7 @@ def warn_about_cut_files(cut: pl.DataFrame) -> None:
 
 
 def _load_with_progress(paths: tuple[str, ...], rank: int | None):
-    if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
+    if dataset_input(list(paths)) is not None:
         return load(paths)
     files = find_trace_files(paths)
     total = sum(f.stat().st_size for f in files)
@@ -269,7 +275,9 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
         stderr.print(f"wrote {out_path}: {frame.height:,} rows")
 
 
-@main.command(name="sql")
+# A query may start with a `--` comment: unknown "options" reach split_query, which refuses the ones that look like
+# mistyped options rather than queries.
+@main.command(name="sql", context_settings={"ignore_unknown_options": True})
 @click.argument("query_and_inputs", nargs=-1, required=True, metavar="[QUERY] INPUT...")
 @click.option("-f", "--file", "query_file", type=click.Path(path_type=Path), default=None,
               help="Read the query from FILE (then every argument is an input).")
@@ -299,21 +307,31 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
 
 def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | None, list[str]]:
     """(query, inputs): the first argument is the query unless it names an existing file or folder."""
+    for arg in args:
+        if arg.startswith("-") and len(arg) > 1 and not any(c.isspace() for c in arg):
+            raise InputError(f"{arg}: no such option (tracekit sql --help)")
     if query_file is not None:
         try:
             return query_file.read_text(), list(args)
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{query_file}: cannot read the query ({getattr(exc, 'strerror', None) or exc})") from None
-    if Path(args[0]).exists():
+    if could_be_path(args[0]) and path_kind(Path(args[0])) is not None:
         return None, list(args)
     if len(args) == 1:
         raise InputError(f"{args[0]}: no such file or directory (usage: tracekit sql [QUERY] INPUT...)")
     return args[0], list(args[1:])
 
 
+def could_be_path(text: str) -> bool:
+    """False for text no file system could hold as a path (a pasted query: long, several lines): it is never
+    looked up, which for a name over 255 bytes would fail rather than answer "no such file"."""
+    return "\n" not in text and "\0" not in text and len(os.fsencode(text)) < 4096 and all(
+        len(os.fsencode(part)) <= 255 for part in text.split("/"))
+
+
 def open_database(inputs: list[str], rank: int | None = None):
     """Traces are read (with the checks and warnings of load_with_progress); a dataset is opened in place."""
-    if len(inputs) == 1 and Path(inputs[0]).is_dir() and is_dataset(Path(inputs[0])):
+    if dataset_input(inputs) is not None:
         db = open_traces(inputs)
         warn_about_cut_files(db.sql("select source_file, detail from diagnostics where reason = 'truncated'"))
         return db

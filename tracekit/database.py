@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from . import analyses, schema
 from .errors import InputError
-from .loader import check_dataset, check_dataset_rows, dataset_table_files, first_line, is_dataset, load
+from .loader import check_dataset, check_dataset_rows, dataset_input, dataset_table_files, first_line, load
 from .tables import TraceTables
 
 
@@ -137,8 +137,8 @@ def open_traces(inputs: str | Path | list[str | Path], rank: int | None = None, 
     `rank` and `progress` as in `tracekit.load`.
     """
     paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-    if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
-        return open_dataset(Path(paths[0]))
+    if (dataset := dataset_input(paths)) is not None:
+        return open_dataset(dataset)
     return from_tables(load(paths, rank=rank, progress=progress), ", ".join(map(str, paths)))
 
 

@@ -31,22 +31,44 @@ Progress = Callable[[Path, int], None]  # called after each file with (path, byt
 
 
 def is_dataset(path: Path) -> bool:
-    return (path / DATASET_MARKER).is_file()
+    return path_kind(path / DATASET_MARKER) == "file"
+
+
+def dataset_input(paths: list[str | Path]) -> Path | None:
+    """The ingested dataset folder when PATHS is exactly one, else None: the one test of "is this a dataset"."""
+    if len(paths) == 1 and path_kind(Path(paths[0])) == "dir" and is_dataset(Path(paths[0])):
+        return Path(paths[0])
+    return None
+
+
+def path_kind(path: Path) -> str | None:
+    """'dir', 'file', 'other' (FIFO, device, socket) or None (nothing there). A path the system refuses to look up
+    (a name over the file system's limit, a loop of links) is a user error naming the path, not a traceback."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise InputError(f"{path}: {(exc.strerror or str(exc)).lower()}") from None
+    except ValueError as exc:  # an embedded NUL byte
+        raise InputError(f"{path!r}: not a usable path ({exc})") from None
+    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 
 def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
     """Expand directories into the trace files they hold (sorted); check that every path exists."""
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
+        kind = path_kind(p)
+        if kind == "dir":
             found = sorted(f for f in p.iterdir()
                            if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and f.name not in NOT_TRACES)
             if not found:
                 raise InputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
             files += found
-        elif p.exists():
+        elif kind is not None:
             # a FIFO or a device would block or never end: refused before anything opens it
-            if not stat.S_ISREG(p.stat().st_mode):
+            if kind != "file":
                 raise InputError(f"{p}: not a regular file (a trace is a file or a directory of files)")
             files.append(p)
         elif p.is_symlink():
@@ -69,8 +91,8 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
     `if __name__ == "__main__":` guard).
     """
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    if len(paths) == 1 and Path(paths[0]).is_dir() and is_dataset(Path(paths[0])):
-        return read_dataset(Path(paths[0]))
+    if (dataset := dataset_input(paths)) is not None:
+        return read_dataset(dataset)
     files = find_trace_files(paths)
     if rank is not None and len(files) > 1:
         raise InputError(f"--rank {rank}: applies to one trace file, but {len(files)} were given")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .atomic import replacing_file
 from .errors import InputError
-from .loader import TRACE_SUFFIXES, is_dataset
+from .loader import TRACE_SUFFIXES, is_dataset, path_kind
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -30,7 +30,7 @@ def input_files(inputs: Iterable[str | Path]) -> list[Path]:
     found: list[Path] = []
     for p in map(Path, inputs):
         found.append(p)
-        if p.is_dir() and not is_dataset(p):
+        if path_kind(p) == "dir" and not is_dataset(p):
             found += [f for f in p.iterdir() if f.name.endswith(TRACE_SUFFIXES)]
     return found
 
