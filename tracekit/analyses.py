@@ -120,9 +120,7 @@ def connect(tables: TraceTables, materialize: bool = False, threads: int | None 
     With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
     `threads=1` makes results reproducible to the last bit (parallel float sums depend on thread timing).
     """
-    con = tables.connect()
-    if threads:
-        con.execute(f"set threads = {int(threads)}")
+    con = tables.connect(threads=threads)
     con.execute(preludes())
     if materialize:
         for name in SHARED_TABLE_MACROS:

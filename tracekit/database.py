@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import analyses, schema
+from . import analyses, connection, schema
 from .errors import InputError
 from .loader import check_dataset, check_dataset_rows, dataset_input, dataset_table_files, first_line, load
 from .tables import TraceTables
@@ -153,7 +153,7 @@ def open_dataset(path: Path) -> TraceDatabase:
     files_of = {name: dataset_table_files(path, name) for name in TraceTables.names()}
     # footers only: an altered or corrupt table is named now, not at the first query
     check_dataset_rows(path, {name: sum(map(parquet_rows, files)) for name, files in files_of.items()}, expected)
-    con = duckdb.connect()
+    con = connection.connect()
     for name, files in files_of.items():
         if not files:
             con.register(name, schema.empty(name))

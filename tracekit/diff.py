@@ -26,7 +26,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import analyses, report, xlsx
+from . import analyses, connection, report, xlsx
 from .atomic import replacing_file
 from .errors import InputError
 from .tables import TraceTables
@@ -529,7 +529,7 @@ def compare(base: TraceTables | Side, cand: TraceTables | Side, threshold: float
     base = base if isinstance(base, Side) else summarize(base, labels[0])
     cand = cand if isinstance(cand, Side) else summarize(cand, labels[1])
     settings = Settings(threshold, k, floor_percent)
-    with duckdb.connect(config={"threads": 1}) as con:
+    with connection.connect(threads=1) as con:
         con.register("settings", pl.DataFrame([vars(settings)]))
         con.register("coverage", coverage(base, cand))
         compared = {name: compare_section(con, section, base, cand) for name, section in SECTIONS.items()}

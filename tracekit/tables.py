@@ -8,7 +8,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from . import schema
+from . import connection, schema
 
 
 def _empty(name: str):
@@ -47,9 +47,11 @@ class TraceTables:
     def rank_list(self) -> list[int]:
         return sorted(self.ranks.column("rank").to_pylist())
 
-    def connect(self, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
-        """An embedded DuckDB connection with every table registered as a view of the same name."""
-        con = con or duckdb.connect()
+    def connect(self, con: duckdb.DuckDBPyConnection | None = None,
+                threads: int | None = None) -> duckdb.DuckDBPyConnection:
+        """An embedded DuckDB connection (`connection.connect`) with every table registered as a view of the same
+        name."""
+        con = con or connection.connect(threads)
         for name, table in self.items():
             con.register(name, table)
         return con
