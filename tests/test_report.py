@@ -10,15 +10,19 @@ import statistics
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace as replaced
 from decimal import Decimal
 from pathlib import Path
 
 import openpyxl
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
 import tracekit
 from tracekit import analyses, report
+from tracekit import synth as synthetic
+from tracekit.cli import main
 from tracekit.xlsx import Block, Column, Sheet, shape_rows, write_workbook
 
 from .conftest import REPO, shared_trace
@@ -473,3 +477,25 @@ def test_a_sheet_whose_query_does_not_exist_is_reported_not_silently_skipped(tmp
     assert openpyxl.load_workbook(paths[0], read_only=True).sheetnames == ["GPU timeline"]
     assert problems == ["rank.toml sheet 'Future': left out query no_such_query: "
                         "queries/no_such_query.sql does not exist"]
+
+
+def test_an_analysis_that_runs_out_of_memory_fails_alone(tmp_path, monkeypatch):
+    """DuckDB's memory limit stops one analysis: the others' sheets are written, one warning line names it, exit 3."""
+    synthetic.generate(tmp_path / "trace", ranks=1, steps=2, seed=3)
+    real_load_query = analyses.load_query
+    # a list of 200M integers (1.6 GB) cannot be held under a 300 MB limit
+    hungry = "select rank, len(list(range)) as n from (select 0 as rank) cross join range(200000000) group by rank"
+    monkeypatch.setattr(analyses, "load_query", lambda name: replaced(real_load_query(name), sql=hungry)
+                        if name == "critical_path" else real_load_query(name))
+    monkeypatch.setenv("TRACEKIT_MEMORY_LIMIT", "300MB")
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "trace" / "rank0.json"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 3, result.output
+    warnings_seen = [line for line in result.stderr.splitlines() if line.startswith("tracekit: warning: ")]
+    # the analysis itself, then each that reads it, one line each
+    assert warnings_seen[0].startswith("tracekit: warning: analysis critical_path failed and was left out: Out of "
+                                       "Memory Error"), result.stderr
+    assert all("needs critical_path, which failed" in line for line in warnings_seen[1:]), result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["rank0.xlsx"]
+    book = openpyxl.load_workbook(tmp_path / "out" / "rank0.xlsx", read_only=True)
+    assert {"Overview", "GPU timeline", "Ops", "Kernels", "Steps"} <= set(book.sheetnames)
+    assert "Critical path" not in book.sheetnames

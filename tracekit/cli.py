@@ -51,12 +51,14 @@ def user_errors(fn):
     return wrapper
 
 
-CUT_FILE_EXIT_CODE = 3  # the work is done, but from a cut trace file (1: regression gate, 2: user error)
+# The work is done but incomplete: read from a cut trace file, or an analysis failed and was left out
+# (1: regression gate, 2: user error)
+INCOMPLETE_EXIT_CODE = 3
 
 
 def load_with_progress(paths: tuple[str, ...], rank: int | None = None):
     """`load` with a progress bar when the input is several files or large; a warning line for each cut trace
-    file, whose complete entries were read (the command then ends with CUT_FILE_EXIT_CODE)."""
+    file, whose complete entries were read (the command then ends with INCOMPLETE_EXIT_CODE)."""
     tables = _load_with_progress(paths, rank)
     refuse_no_events(tables, list(paths))
     warn_about_cut_files(tables.polars("diagnostics").filter(pl.col("reason") == "truncated"))
@@ -64,11 +66,21 @@ def load_with_progress(paths: tuple[str, ...], rank: int | None = None):
 
 
 def warn_about_cut_files(cut: pl.DataFrame) -> None:
-    """One warning line per cut trace file (`truncated` diagnostics); the command then ends with CUT_FILE_EXIT_CODE."""
+    """One warning line per cut trace file (`truncated` diagnostics); the command then ends with INCOMPLETE_EXIT_CODE."""
     for source, detail in cut.select("source_file", "detail").unique(maintain_order=True).iter_rows():
         click.echo(f"tracekit: warning: {source}: {detail}", err=True)
     if cut.height:
-        click.get_current_context().meta["tracekit_cut_files"] = True
+        click.get_current_context().meta["tracekit_incomplete"] = True
+
+
+def warn_about_failed_analyses(failures: dict[str, str]) -> None:
+    """One warning line per analysis that failed (the rest of the output is written without it); the command then
+    ends with INCOMPLETE_EXIT_CODE."""
+    for name, reason in failures.items():
+        click.echo(f"tracekit: warning: analysis {name} failed and was left out: {' '.join(reason.split())}",
+                   err=True)
+    if failures:
+        click.get_current_context().meta["tracekit_incomplete"] = True
 
 
 def _load_with_progress(paths: tuple[str, ...], rank: int | None):
@@ -91,10 +103,10 @@ def main():
 
 
 @main.result_callback()
-def cut_files_exit_code(_result, **_params):
-    """After a command finished normally: exit code 3 if it read a cut trace file."""
-    if click.get_current_context().meta.get("tracekit_cut_files"):
-        sys.exit(CUT_FILE_EXIT_CODE)
+def incomplete_exit_code(_result, **_params):
+    """After a command finished normally: exit code 3 if it read a cut trace file or left out a failed analysis."""
+    if click.get_current_context().meta.get("tracekit_incomplete"):
+        sys.exit(INCOMPLETE_EXIT_CODE)
 
 
 @main.command()
@@ -146,6 +158,8 @@ def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, o
             raise InputError(f"{out_path}: exists (use --force to replace it)")
     # One run's tables at a time: each is summarised (its analyses run) before the next is read.
     sides = [diff.summarize(load_with_progress((path,)), Path(path).name) for path in (baseline, candidate)]
+    for side in sides:
+        warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
     result = diff.compare(*sides, threshold=threshold, k=k)
     diff.print_summary(result, stdout, top)
     if out_path is not None:
@@ -189,6 +203,7 @@ def report(traces, out_dir, rank, force):
         done = run_analyses(tables, progress, extra=QUERIES)
         paths = write_reports(tables, out_dir, force, analyses_done=done, problems=problems, progress=progress)
     print_summary(stdout, done, paths, problems)
+    warn_about_failed_analyses(done.failures)
 
 
 @main.command()
