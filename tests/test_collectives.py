@@ -144,3 +144,21 @@ def test_synth_collectives_and_skew_match_ground_truth(tmp_path):
             assert row["busbw_gbps"] == pytest.approx(nccl_tests_busbw(row["collective"], algbw, 4), rel=1e-12)
         starts[rank_truth["rank"]] = [c["start"] for c in want]
     check_skew_and_waits(tables, starts, process_group="0")
+
+
+@pytest.mark.parametrize("name, world", [("nvidia/a100_nccl_rank0of2.json.gz", 2),
+                                         ("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", 8)])
+def test_collective_summary_groups_the_raw_kernels_by_what_they_move(name, world):
+    """The Collectives sheet's rows: the oracle's kernels grouped by (group, collective, dtype, size) in Python."""
+    path = shared_trace(name)
+    groups: dict[tuple, list[int]] = {}
+    for k in oracle_collectives(raw_trace.read(path), world).values():
+        key = (k.get("process_group", "unknown"), k["collective"], k.get("dtype"), k["bytes"])
+        groups.setdefault(key, []).append(k["dur"])
+    got = analyses.run(tracekit.load(path), "collective_summary")
+    assert got.height == len(groups)
+    for row in got.iter_rows(named=True):
+        durations = sorted(groups[(row["process_group"], row["collective"], row["dtype"], row["bytes"])])
+        assert row["calls"] == len(durations)
+        assert round(row["total_ms"] * 1e6) == sum(durations)
+        assert (round(row["min_us"] * 1e3), round(row["max_us"] * 1e3)) == (durations[0], durations[-1])

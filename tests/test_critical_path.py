@@ -168,3 +168,35 @@ def test_synth_blocking_sync_waits_for_the_gpu_op_that_released_it(tmp_path):
             gpu = events.filter((pl.col("rank") == rank) & (pl.col("id") == before["event_id"])).row(0, named=True)
             assert gpu["kind"] in ("kernel", "memcpy", "memset") and gpu["correlation"] == sync["signal_correlation"]
             assert before["end_ns"] == sync["gpu_done_at"]
+
+
+def test_sheet_summaries_add_up_to_the_path_segment_by_segment(tables):
+    """critical_path_categories / _steps / _top are computed here again from the segments, in polars."""
+    con = analyses.connect(tables, materialize=True)
+    done: dict = {}
+    path, categories, steps, top = (analyses.run_into(con, name, done) for name in (
+        "critical_path", "critical_path_categories", "critical_path_steps", "critical_path_top"))
+    for rank, segments in path.group_by("rank"):
+        rank = rank[0]
+        expected = dict(segments.group_by("category").agg(pl.col("duration_ns").sum()).iter_rows())
+        got = categories.filter(pl.col("rank") == rank)
+        assert {c: round(t * 1e6) for c, t in got.select("category", "time_ms").iter_rows()} == expected
+        assert got["percent"].sum() == pytest.approx(100.0)
+        windows = segments.group_by("step", "window_start_ns", "window_end_ns").agg(
+            [pl.col("duration_ns").filter(pl.col("category") == c).sum().alias(c) for c in CATEGORIES])
+        lines = steps.filter(pl.col("rank") == rank)
+        assert lines.height == windows.height
+        for w in windows.iter_rows(named=True):
+            line = lines.filter(pl.col("step").eq_missing(w["step"])).row(0, named=True)
+            assert round(line["window_ms"] * 1e6) == w["window_end_ns"] - w["window_start_ns"]
+            assert all(round(line[f"{c}_ms"] * 1e6) == w[c] for c in CATEGORIES)
+        names = top.filter(pl.col("rank") == rank)
+        assert names.height <= 51
+        assert round(names["time_ms"].sum() * 1e6) == segments["duration_ns"].sum()
+        longest = (segments.with_columns(name=pl.col("name").fill_null("(no event)")
+                                         .str.replace(r"^ProfilerStep#\d+$", "ProfilerStep#N"))
+                   .group_by("name", "category").agg(pl.col("duration_ns").sum(), pl.col("event_id").n_unique())
+                   .sort("duration_ns", "name", "category", descending=[True, False, False]).head(5))
+        shown = names.head(5)
+        assert shown["name"].to_list() == longest["name"].to_list()
+        assert [round(t * 1e6) for t in shown["time_ms"]] == longest["duration_ns"].to_list()

@@ -499,3 +499,18 @@ def test_an_analysis_that_runs_out_of_memory_fails_alone(tmp_path, monkeypatch):
     book = openpyxl.load_workbook(tmp_path / "out" / "rank0.xlsx", read_only=True)
     assert {"Overview", "GPU timeline", "Ops", "Kernels", "Steps"} <= set(book.sheetnames)
     assert "Critical path" not in book.sheetnames
+
+
+def test_rank_workbook_sheets_grow_with_names_not_with_the_trace(tmp_path):
+    """The same job profiled for 2 and for 8 steps: every sheet but the per-step ones has as many rows."""
+    rows = {}
+    for steps in (2, 8):
+        synthetic.generate(tmp_path / f"s{steps}", ranks=1, steps=steps, seed=11)
+        report.write_reports(tracekit.load(tmp_path / f"s{steps}" / "rank0.json"), tmp_path / f"r{steps}")
+        book = openpyxl.load_workbook(tmp_path / f"r{steps}" / "rank0.xlsx", read_only=True)
+        rows[steps] = {name: sum(1 for _ in book[name].iter_rows()) for name in book.sheetnames}
+    per_step = {"Steps", "Critical path"}  # a line per step (Critical path: its "Per step" block)
+    assert rows[2].keys() == rows[8].keys()
+    for name in rows[2].keys() - per_step:
+        assert rows[8][name] == rows[2][name], name
+    assert rows[8]["Critical path"] - rows[2]["Critical path"] == 6

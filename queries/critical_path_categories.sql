@@ -1,0 +1,18 @@
+-- question: Over all steps of a rank, how much of the critical path is CPU, launch overhead, GPU compute,
+--   communication, copies, gaps, sync waits and idle?
+-- inputs: critical_path
+-- columns:
+--   rank: rank
+--   category: cpu, launch_overhead, gpu_compute, gpu_communication, gpu_memcpy, kernel_to_kernel_gap, sync_wait,
+--     idle
+--   time_ms: ms, critical-path time in the category, all windows (steps) together
+--   percent: percent of the windows' total length (the categories of a rank add up to 100)
+--   segments: critical_path segments in the category
+-- notes: The critical_path segments of every window of a rank, added up per category: one row per category,
+--   whatever the trace's length. Sums are of integer ns (exact, in any order).
+select rank, category, sum(duration_ns) / 1e6 as time_ms,
+       100.0 * sum(duration_ns) / sum(sum(duration_ns)) over (partition by rank) as percent,
+       count(*) as segments
+from critical_path
+group by rank, category
+order by rank, sum(duration_ns) desc, category

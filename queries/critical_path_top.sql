@@ -1,0 +1,43 @@
+-- question: Which ops and kernels carry the most time on the critical path, and how often are they on it?
+-- inputs: critical_path
+-- columns:
+--   rank: rank
+--   name: event name (the 50 longest per rank; "(other events)" sums the rest; "(no event)" is idle time
+--     and host time between top-level events; ProfilerStep#N stands for every step annotation)
+--   kind: event kind (cpu_op, kernel, runtime, ...; null for the two summary rows)
+--   category: critical-path category of the time (one name can appear under several: a kernel's own time is
+--     gpu_compute, the gap before it kernel_to_kernel_gap)
+--   time_ms: ms, time on the path, all steps together
+--   percent: percent of the path (all windows of the rank)
+--   segments: critical_path segments
+--   events: distinct events (calls, launches) on the path
+--   steps: steps (windows) in which the name is on the path
+-- notes: Bounded: at most 51 rows per rank (the rest in "(other events)"), whatever the trace's
+--   length. The full path, segment by segment, is the critical_path analysis (`tracekit sql`, `tracekit run`).
+with by_name as (
+    -- ProfilerStep#N are one name: the step annotations' own time
+    select rank, regexp_replace(coalesce(name, '(no event)'), '^ProfilerStep#\d+$', 'ProfilerStep#N') as name,
+           any_value(kind) as kind, category,
+           sum(duration_ns) as time_ns, count(*) as segments, count(distinct event_id) as events,
+           count(distinct window_start_ns) as steps
+    from critical_path
+    group by all
+),
+ranked as (
+    select *, row_number() over (partition by rank order by time_ns desc, name, category) as place,
+           sum(time_ns) over (partition by rank) as path_ns
+    from by_name
+),
+kept as (
+    select rank, name, kind, category, time_ns, segments, events, steps, path_ns, false as is_rest
+    from ranked where place <= 50
+    union all
+    select rank, '(other events)', null, null, sum(time_ns), sum(segments), sum(events), max(steps),
+           any_value(path_ns), true
+    from ranked where place > 50
+    group by rank
+)
+select rank, name, kind, category, time_ns / 1e6 as time_ms, 100.0 * time_ns / nullif(path_ns, 0) as percent,
+       segments::bigint as segments, events::bigint as events, steps
+from kept
+order by rank, is_rest, time_ns desc, name, category
