@@ -20,8 +20,8 @@
 --   many steps the trace holds. One row per call is the collectives analysis.
 select rank, process_group, collective, dtype, bytes, group_size,
        count(*) as calls,
-       sum(duration_us) / 1e3 as total_ms,
-       avg(duration_us) as mean_us,
+       sum(end_ns - start_ns) / 1e6 as total_ms,
+       avg(end_ns - start_ns) / 1e3 as mean_us,
        median(duration_us) as median_us,
        min(duration_us) as min_us,
        max(duration_us) as max_us,
@@ -29,4 +29,4 @@ select rank, process_group, collective, dtype, bytes, group_size,
        arg_max(kernel_name, struct_pack(duration_us, event_id)) as kernel_name
 from collectives
 group by rank, process_group, collective, dtype, bytes, group_size
-order by rank, total_ms desc, process_group, collective, bytes
+order by rank, sum(end_ns - start_ns) desc, process_group, collective, bytes

@@ -25,7 +25,7 @@ per_rank as (
 select o.rank, o.name as kernel_name, o.kind, kernel_category(o.name, o.kind) as category,
        count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
        median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
-       stddev_samp(o.dur) / 1e3 as stddev_us,
+       stddev_ns(o.dur) / 1e3 as stddev_us,
        100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
        100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
 from ops o join per_rank p on p.rank = o.rank

@@ -43,7 +43,7 @@ long as (
     into name metric value value
 )
 select rank, metric, count(value) as steps, median(value) as median, min(value) as min, max(value) as max,
-       stddev_samp(value) as stddev, avg(value) as mean,
+       ordered_stddev(value) as stddev, ordered_mean(value) as mean,
        any_value(all_steps) - count(*) as steps_left_out,
        case when any_value(complete_steps) = 0 then 'all_steps' else 'complete_steps' end as basis
 from long

@@ -118,7 +118,7 @@ def connect(tables: TraceTables, materialize: bool = False, threads: int | None 
     """A DuckDB connection with every table registered and the shared macros defined.
 
     With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
-    `threads=1` makes results reproducible to the last bit (parallel float sums depend on thread timing).
+    `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
     con.execute(preludes())

@@ -238,9 +238,7 @@ def summarize(tables: TraceTables, label: str) -> Side:
     `Side.failures` (the diff's notes) rather than stopping the diff.
     """
     failures: dict[str, str] = {}
-    # One DuckDB thread here and in compare: float sums add up in one order, so a run gives the same bits every time
-    # (the noise, a difference of sums of squares, would otherwise change in its 12th digit).
-    results = analyses.run_all(tables, list(TOTALS_ANALYSES), failures, threads=1)
+    results = analyses.run_all(tables, list(TOTALS_ANALYSES), failures)
     with_rows = [name for name in PER_STEP_ANALYSES if name in results and results[name].height]
     per_step = per_step_results(tables, with_rows, failures)
     if per_step is None:
@@ -257,7 +255,7 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
     rank computes it for every step at once (no copy of the tables is made). op_summary and op_categories per step
     are op_by_shape's rows summed by name and by category (the three are rollups of the same op calls).
     """
-    with analyses.connect(tables, threads=1) as con:
+    with analyses.connect(tables) as con:
         mapping = pseudo_rank_views(con, tables)
         if mapping is None:
             return None
@@ -529,6 +527,8 @@ def compare(base: TraceTables | Side, cand: TraceTables | Side, threshold: float
     base = base if isinstance(base, Side) else summarize(base, labels[0])
     cand = cand if isinstance(cand, Side) else summarize(cand, labels[1])
     settings = Settings(threshold, k, floor_percent)
+    # One thread for the comparison of the two summaries (small frames): its float sums of squares (the noise) then
+    # add up in one order, so a run gives the same bits every time.
     with connection.connect(threads=1) as con:
         con.register("settings", pl.DataFrame([vars(settings)]))
         con.register("coverage", coverage(base, cand))
