@@ -17,23 +17,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared" / "traces"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SHARED, run_fresh  # noqa: E402
+
 MB_PER_SCALE = 0.96  # JSON MB of one rank, 4 steps, per unit of --scale (measured: scale 60 → 57.8 MB)
-
-
-def run_fresh(cmd: list[str], env: dict | None = None) -> tuple[float, float, float]:
-    """Wall seconds, peak RSS (MB), CPU seconds of one fresh process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) not in (0, 3):
-        raise SystemExit(f"{' '.join(cmd)} failed: {proc.stderr.read().decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def synth_trace(folder: Path, megabytes: float) -> Path:
@@ -55,7 +44,6 @@ def main() -> None:
                                                         "workers0.pt.trace.json.gz"])
     args = parser.parse_args()
     tracelens = args.tracelens / "TraceLens_generate_perf_report_pytorch"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -68,11 +56,11 @@ def main() -> None:
             ours, theirs = [], []
             for _ in range(args.repeat):
                 ours.append(run_fresh([sys.executable, "-m", "tracekit.cli", "report", str(trace), "-o",
-                                       str(tmp_path / "tk"), "--force"], env))
+                                       str(tmp_path / "tk"), "--force"]))
                 theirs.append(run_fresh([str(tracelens), "--profile_json_path", str(trace), "--output_xlsx_path",
                                          str(tmp_path / "tl.xlsx")]))
-            wall = [statistics.median(r[0] for r in runs) for runs in (ours, theirs)]
-            rss = [statistics.median(r[1] for r in runs) for runs in (ours, theirs)]
+            wall = [statistics.median(r.wall for r in runs) for runs in (ours, theirs)]
+            rss = [statistics.median(r.peak_mb for r in runs) for runs in (ours, theirs)]
             size = trace.stat().st_size / 2**20
             name = trace.parent.name if trace.name == "rank0.json" else trace.name
             print(f"| {name} | {size:.1f} | {wall[0]:.2f} | {wall[1]:.2f} | {wall[1] / wall[0]:.2f}× | "
