@@ -595,6 +595,8 @@ def compare_section(con, section: Section, sides: dict[str, Side], warmup: dict[
 def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
     """The matched measures with the per-step shift, its confidence interval, the rank test's p-value and the
     verdict (tracekit/verdicts.py); the floor is floor_percent of the larger per-step median, at least abs_floor."""
+    # A step without a value (a collective of unknown size has no bandwidth) is no sample.
+    matched = matched.with_columns(pl.col("base_samples", "cand_samples").list.drop_nulls())
     stats = verdicts.shift_tests(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
     floor = pl.max_horizontal(settings.floor_percent / 100 * pl.max_horizontal(
         pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs()), pl.col("abs_floor"))

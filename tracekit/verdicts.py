@@ -66,7 +66,7 @@ def interval_rank(m: int, n: int, alpha: float) -> int:
     return max(0, math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12) - 0.5) + 1)
 
 
-def coverage(m: int, n: int, c: int) -> float:
+def interval_level(m: int, n: int, c: int) -> float:
     """The interval's exact confidence level, 1 − 2 P0(U ≤ c − 1) (≥ 1 − alpha)."""
     if c < 1:
         return float("nan")
@@ -96,7 +96,7 @@ def shift_tests(base: list[list[float] | None], cand: list[list[float] | None], 
         wins, losses = (diffs > 0).sum(axis=1), (diffs < 0).sum(axis=1)
         p_value = np.minimum(1.0, 2 * np.minimum(upper_tail(m, n, wins), upper_tail(m, n, losses)))
         c = interval_rank(m, n, alpha)
-        level = coverage(m, n, c)
+        level = interval_level(m, n, c)
         for j, i in enumerate(members):
             rows[i] = {"n_base": n, "n_cand": m, "effect": float(effect[j]), "p_value": float(p_value[j]),
                        "ci_low": float(diffs[j, c - 1]) if c >= 1 else None,
