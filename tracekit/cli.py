@@ -130,13 +130,15 @@ def ingest(traces, out_dir, rank, force):
 @main.command(name="diff")
 @click.argument("baseline")
 @click.argument("candidate")
-@click.option("--threshold", type=float, default=diff.DEFAULT_THRESHOLD_PERCENT, show_default=True, metavar="PCT",
-              help="Where neither side holds 2+ ProfilerSteps: a change counts when larger than PCT percent of the "
-                   "baseline. With steps, it must exceed k standard errors of the per-step noise and 1% of the value.")
-@click.option("-k", "--sigmas", "k", type=float, default=diff.DEFAULT_K, show_default=True,
-              help="Standard errors of per-step noise a change must exceed.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=diff.DEFAULT_ALPHA,
+              show_default=True,
+              help="Level of the per-step rank test: a change is called when the 1 - ALPHA confidence interval of its "
+                   "per-step shift excludes 0 (and the shift exceeds 1% of the per-step value).")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=diff.DEFAULT_WARMUP_STEPS, show_default=True,
+              help="Leading ProfilerSteps of each run left out of the verdicts (named in the output); 0 keeps all.")
 @click.option("--fail-on-regression", "fail_percent", type=float, default=None, metavar="PCT",
-              help="Exit with code 1 when --metric is slower beyond noise and by more than PCT percent (CI gating).")
+              help="Exit with code 1 when --metric is called slower and is more than PCT percent above the baseline "
+                   "(CI gating).")
 @click.option("--metric", default="step_time", show_default=True,
               help="Measure gated by --fail-on-regression: step_time, a GPU timeline category (busy, idle, "
                    "computation, ...), op:NAME, kernel:NAME or category:NAME.")
@@ -146,7 +148,7 @@ def ingest(traces, out_dir, rank, force):
                    "categories, collectives, critical path, one side only.")
 @click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
 @user_errors
-def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, out_path, force):
+def diff_command(baseline, candidate, alpha, warmup_steps, fail_percent, metric, top, out_path, force):
     """Compare two runs: BASELINE and CANDIDATE are each a trace file, a directory of ranks or an ingested dataset."""
     try:
         diff.parse_metric_name(metric)
@@ -160,7 +162,7 @@ def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, o
     sides = [diff.summarize(load_with_progress((path,)), Path(path).name) for path in (baseline, candidate)]
     for side in sides:
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
-    result = diff.compare(*sides, threshold=threshold, k=k)
+    result = diff.compare(*sides, alpha=alpha, warmup_steps=warmup_steps)
     diff.print_summary(result, stdout, top)
     if out_path is not None:
         for problem in diff.write_workbook(result, out_path, force):
@@ -171,10 +173,13 @@ def diff_command(baseline, candidate, threshold, k, fail_percent, metric, top, o
             regressed = result.regressed(fail_percent, metric)
         except LookupError as exc:
             raise InputError(f"--metric {exc}") from None
+        if result.metric(metric)["verdict"] == diff.verdicts.NOT_ENOUGH:
+            click.echo(f"tracekit: --fail-on-regression: {metric}: not enough steps to say (not gated)", err=True)
         if regressed:
             row = result.metric(metric)
             click.echo(f"tracekit: regression: {metric} {signed_percent(row['percent_delta'])} slower "
-                       f"(more than {fail_percent:g}% and beyond noise ±{row['noise']:.3g})", err=True)
+                       f"(more than {fail_percent:g}%; per-step shift {row['effect']:+.3g}, CI "
+                       f"[{row['ci_low']:+.3g}, {row['ci_high']:+.3g}])", err=True)
             sys.exit(1)
 
 

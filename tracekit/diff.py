@@ -1,21 +1,16 @@
-"""Compare two runs (baseline → candidate): what got slower or faster, by more than run-to-run noise.
+"""Compare two runs (baseline → candidate): what got slower or faster, judged step by step.
 
 Each side is summarised by the contract analyses (`summarize`): totals over the trace, plus — where the side holds
-several `ProfilerStep`s — the same analyses rerun once per step, whose spread is the side's noise. `compare` turns
-both sides into long "measures" (key, rank, metric, value, per-step spread) and lets DuckDB full-outer-join them and
-judge every difference (queries/diff/compare.sql):
-
-    noise = max(t_k(dof) * sqrt(se_base² + se_cand²), floor_percent of the larger value, absolute floor of the unit)
-
-where a side's standard error for a total over n steps whose per-step values have standard deviation sd is sd·√n
-(sd/√n for a mean; for the median step time 1.2533·sd/√n with the robust sd = 1.4826 × median absolute deviation),
-and t_k(dof) is the Student t quantile with the Welch degrees of
-freedom at the tail probability of k normal sigmas (k = 3 by default; t is about 4 with 6 steps a side, → k with many
-steps): a spread measured on few steps is uncertain, and a plain k would call ~3% of unchanged measures. A
-difference is only called slower/faster when |delta| > noise. With a single step on both sides there is no spread,
-and the rule falls back to |delta| > threshold_percent of the baseline. Keys present on one side only are
-added/removed. Ops are judged on their direct kernel time and their self CPU time (not total CPU time, which would
-repeat a child's change in every ancestor and count time blocked in a synchronising child as the op's own).
+several `ProfilerStep`s — the same analyses rerun once per step. `compare` turns both sides into long "measures"
+(key, rank, metric, value over the capture, and the list of per-step values of the steady-state steps: the first
+`warmup_steps` steps of each run are left out, and named) and lets DuckDB full-outer-join them
+(queries/diff/compare.sql). The verdict rule is tracekit/verdicts.py: the candidate's steps are compared with the
+baseline's by a Mann–Whitney rank test and a Hodges–Lehmann shift with its confidence interval; a measure is slower or
+faster when the interval excludes 0 and the shift exceeds a practical floor (floor_percent of the per-step value).
+Without enough steps for an interval at the chosen level the verdict is "not enough steps to say". Keys present on
+one side only are added/removed. Ops are judged on their direct kernel time and their self CPU time (not total CPU
+time, which would repeat a child's change in every ancestor and count time blocked in a synchronising child as the
+op's own).
 """
 
 from __future__ import annotations
@@ -26,15 +21,14 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import analyses, connection, report, xlsx
+from . import analyses, connection, report, verdicts, xlsx
 from .atomic import replacing_file
 from .errors import InputError
 from .tables import TraceTables
 
-DEFAULT_THRESHOLD_PERCENT = 5.0  # single-step fallback: relative change that counts
-DEFAULT_K = 3.0  # normal sigmas whose tail probability sets the t quantile a change must exceed
-DEFAULT_FLOOR_PERCENT = 1.0  # changes smaller than this share of the value are never called, however steady the steps
-MAD_TO_SD = 1.4826  # median absolute deviation → standard deviation, for normal noise
+DEFAULT_ALPHA = 0.05  # two-sided level of the rank test; the shift's confidence interval is at 1 - alpha
+DEFAULT_FLOOR_PERCENT = 1.0  # per-step shifts smaller than this share of the value are never called, however steady
+DEFAULT_WARMUP_STEPS = 1  # leading steps of each run left out of the verdicts
 SIGNIFICANT = ("slower", "faster", "added", "removed")
 
 TOTALS_ANALYSES = ("gpu_timeline", "op_summary", "op_by_shape", "op_categories", "kernel_summary", "steps",
@@ -100,37 +94,38 @@ SECTIONS = {s.name: s for s in (
     Section("critical_path", {"category": pl.String}, (sum_ms("time_ms"),), ("time_ms",), True),
 )}
 # Analysis each section's totals and per-step values come from, where that is a plain group-by of its columns.
+STEP_SCHEMA = {"rank": pl.Int32, "step": pl.Int64}
 SECTION_SOURCES = {"ops": "op_summary", "ops_by_shape": "op_by_shape", "kernels": "kernel_summary",
                    "categories": "op_categories"}
 # gpu_timeline category → the `steps` column holding the same time per step.
 TIMELINE_STEP_COLUMNS = {"computation": "computation_ms", "communication": "communication_ms", "memcpy": "memcpy_ms",
                          "exposed_communication": "exposed_communication_ms", "exposed_memcpy": "exposed_memcpy_ms",
                          "busy": "busy_ms", "idle": "idle_ms", "total": "duration_ms"}
+EFFECT_COLUMNS = ("effect", "ci_low", "ci_high")  # per-step shift cand − base and its confidence interval
 # Sections whose rows are listed among the top changes (categories and timeline repeat what these show).
 TOP_CHANGE_SECTIONS = ("ops", "kernels", "collectives")
 
 
 @dataclass(frozen=True)
 class Side:
-    """One run, summarised: analysis results over the whole trace, and the per-step ones that give the noise.
+    """One run, summarised: analysis results over the whole trace, and the per-step ones the verdicts compare.
 
     `per_step[name]` holds the analysis `name` computed for each step separately, with a `step` column beside
-    `rank`; `step_counts` (rank, steps) says how many steps those cover (rank null: distinct steps of all ranks).
+    `rank`; `steps` (rank, step) lists the run's ProfilerSteps (empty without any).
     """
 
     label: str
     results: dict[str, pl.DataFrame]
     per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
-    step_counts: pl.DataFrame = field(
-        default_factory=lambda: pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.Int64}))
+    steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA))
     failures: dict[str, str] = field(default_factory=dict)  # analysis → why it gave nothing (missing, failed)
 
 
 @dataclass(frozen=True)
 class Settings:
-    threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
-    k: float = DEFAULT_K
+    alpha: float = DEFAULT_ALPHA
     floor_percent: float = DEFAULT_FLOOR_PERCENT
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
 
 
 @dataclass(frozen=True)
@@ -138,10 +133,12 @@ class DiffResult:
     """The comparison: one wide frame per section, and every measure in long form.
 
     `sections[name]` has the section's key columns, `rank` where compared per rank (null: all ranks), and per metric
-    m: base_m, cand_m, delta_m, percent_delta_m, noise_m, verdict_m; then `verdict` and `verdict_on` (the metric that
-    decided it). Rows are ordered significant first, then by |delta| of the deciding metric.
+    m: base_m, cand_m, delta_m, percent_delta_m (values over the capture), effect_m, ci_low_m, ci_high_m (the
+    per-step shift cand − base and its confidence interval), p_value_m and verdict_m; then `verdict` and `verdict_on`
+    (the metric that decided it). Rows are ordered significant first, then by |delta| of the deciding metric.
     `measures` is the long form of all sections (section, item, rank, metric, base, cand, delta, percent_delta,
-    noise, verdict, decides) with `item` the key as text.
+    effect, ci_low, ci_high, p_value, level, n_base, n_cand, verdict, decides) with `item` the key as text.
+    `warmup` names, per run, the steps left out of the verdicts.
     """
 
     base_label: str
@@ -151,10 +148,15 @@ class DiffResult:
     settings: Settings
     step_basis: tuple[tuple[str, str], ...] = ()  # (label, what step time means on that side)
     notes: tuple[str, ...] = ()
+    warmup: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (label, step numbers left out as warm-up)
+
+    def warmup_text(self) -> str:
+        return "; ".join(f"{label}: " + ", ".join(f"ProfilerStep#{n}" for n in steps)
+                         for label, steps in self.warmup if steps)
 
     def headline(self) -> dict:
-        """Median step time (all ranks: per step the slowest rank): base, cand, delta, percent_delta, noise, verdict
-        (values in ms); without ProfilerSteps, the GPU timeline's total time."""
+        """Median step time (all ranks: per step the slowest rank): base, cand, delta, percent_delta, effect, ci_low,
+        ci_high, p_value, verdict (values in ms); without ProfilerSteps, the GPU timeline's total time."""
         return self.metric("step_time")
 
     def metric(self, name: str) -> dict:
@@ -168,7 +170,7 @@ class DiffResult:
         return rows.row(0, named=True)
 
     def regressed(self, percent: float, metric: str = "step_time") -> bool:
-        """True when `metric` is slower beyond noise and by more than `percent` of the baseline."""
+        """True when `metric` is called slower and is more than `percent` above the baseline."""
         row = self.metric(metric)
         return row["verdict"] == "slower" and (row["percent_delta"] is None or row["percent_delta"] > percent)
 
@@ -178,10 +180,10 @@ class DiffResult:
                 .filter(pl.col("section").is_in(sections) & pl.col("decides") & pl.col("rank").is_null()
                         & pl.col("verdict").is_in(SIGNIFICANT) & pl.col("to_ms").is_not_null())
                 .with_columns((pl.col(c) * pl.col("to_ms")).alias(f"{c}_ms")
-                              for c in ("base", "cand", "delta", "noise"))
+                              for c in ("base", "cand", "delta", *EFFECT_COLUMNS))
                 .sort(pl.col("delta_ms").abs(), "section", "item", descending=[True, False, False])
-                .select("section", "item", "metric", "base_ms", "cand_ms", "delta_ms", "percent_delta", "noise_ms",
-                        "verdict")
+                .select("section", "item", "metric", "base_ms", "cand_ms", "delta_ms", "percent_delta",
+                        *(f"{c}_ms" for c in EFFECT_COLUMNS), "p_value", "verdict")
                 .head(limit))
 
     def one_side_only(self) -> pl.DataFrame:
@@ -199,13 +201,18 @@ class DiffResult:
         try:
             head = self.headline()
         except LookupError:
-            head = dict.fromkeys(("base", "cand", "delta", "percent_delta", "noise", "verdict"))
+            head = dict.fromkeys(("base", "cand", "delta", "percent_delta", *EFFECT_COLUMNS, "p_value", "level",
+                                  "n_base", "n_cand", "verdict"))
         summary = pl.DataFrame([{
             "baseline": self.base_label, "candidate": self.cand_label,
             "step_time_basis": "; ".join(f"{label}: {basis}" for label, basis in self.step_basis),
             "base_step_time_ms": head["base"], "cand_step_time_ms": head["cand"], "delta_step_time_ms": head["delta"],
-            "percent_delta_step_time_ms": head["percent_delta"], "noise_step_time_ms": head["noise"],
-            "verdict": head["verdict"], **vars(self.settings), "notes": "\n".join(self.notes),
+            "percent_delta_step_time_ms": head["percent_delta"],
+            **{f"{c}_step_time_ms": head[c] for c in (*EFFECT_COLUMNS, "p_value")},
+            "steps_compared": None if head["n_base"] is None else f"{head['n_base']} vs {head['n_cand']}",
+            "confidence_percent": None if head["level"] is None else 100 * head["level"],
+            "verdict": head["verdict"], **vars(self.settings), "warmup_excluded": self.warmup_text() or "none",
+            "notes": "\n".join(self.notes),
         }])
         timeline = self.sections["gpu_timeline"]
         return {"summary": summary, "top_changes": self.top_changes(top),
@@ -232,7 +239,7 @@ def parse_metric_name(name: str) -> tuple[str, str]:
 
 
 def summarize(tables: TraceTables, label: str) -> Side:
-    """Run the analyses a diff needs over one side, and (with 2+ steps) the per-step ones that measure noise.
+    """Run the analyses a diff needs over one side, and (with 2+ steps) the per-step ones the verdicts compare.
 
     An analysis that is missing from queries/ or fails leaves its sections empty and is named, with the reason, in
     `Side.failures` (the diff's notes) rather than stopping the diff.
@@ -248,8 +255,9 @@ def summarize(tables: TraceTables, label: str) -> Side:
 
 def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, str]
                      ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
-    """The analyses `names` per step, each with a `step` column, and the step counts; None when no rank holds 2
-    steps. (summarize asks only for those with rows over the whole trace: no collectives, no per-step collectives.)
+    """The analyses `names` per step, each with a `step` column, and the (rank, step)s covered; None when no rank
+    holds 2 steps. (summarize asks only for those with rows over the whole trace: no collectives, no per-step
+    collectives.)
 
     Each (rank, step) becomes a pseudo-rank: every analysis keys on rank, so one run over views that relabel the
     rank computes it for every step at once (no copy of the tables is made). op_summary and op_categories per step
@@ -270,7 +278,7 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
         per_step["op_summary"] = (by_shape.group_by("rank", "step", "name", maintain_order=True)
                                   .agg(pl.col("category").first(), *sums))
         per_step["op_categories"] = by_shape.group_by("rank", "step", "category", maintain_order=True).agg(*sums)
-    return per_step, step_counts_of(mapping)
+    return per_step, mapping.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
 
 
 def pseudo_rank_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> pl.DataFrame | None:
@@ -330,10 +338,9 @@ def step_counts_of(steps: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Measures: each side's values in long form (key, rank, metric, value, spread_sd, spread_n)
+# Measures: each side's values in long form (key, rank, metric, value, samples: the per-step values)
 
-MEASURE_SCHEMA = {"rank": pl.Int32, "metric": pl.String, "value": pl.Float64, "spread_sd": pl.Float64,
-                  "spread_n": pl.Int64}
+MEASURE_SCHEMA = {"rank": pl.Int32, "metric": pl.String, "value": pl.Float64, "samples": pl.List(pl.Float64)}
 
 
 def result(side: Side, name: str) -> pl.DataFrame | None:
@@ -341,21 +348,35 @@ def result(side: Side, name: str) -> pl.DataFrame | None:
     return frame if frame is not None and frame.height else None
 
 
-def side_measures(con: duckdb.DuckDBPyConnection, side: Side, section: Section) -> pl.DataFrame:
-    """One side's measures for one section."""
+def warmup_steps_of(side: Side, count: int) -> tuple[int, ...]:
+    """Step numbers left out of the verdicts: the first `count` steps of each rank (a step that is a warm-up on one
+    rank is left out on all, so the all-ranks values per step add up the same steps)."""
+    frames = [side.steps] + ([side.results["steps"].select(*STEP_SCHEMA)] if result(side, "steps") is not None else [])
+    steps = pl.concat([f.cast(STEP_SCHEMA) for f in frames]).unique()
+    first = steps.sort("rank", "step").group_by("rank", maintain_order=True).head(count)
+    return tuple(sorted(set(first["step"].to_list()))) if count > 0 else ()
+
+
+def steady(frame: pl.DataFrame, warmup: tuple[int, ...]) -> pl.DataFrame:
+    return frame.filter(~pl.col("step").is_in(warmup))
+
+
+def side_measures(con: duckdb.DuckDBPyConnection, side: Side, section: Section, warmup: tuple[int, ...]
+                  ) -> pl.DataFrame:
+    """One side's measures for one section: value over the capture, and the per-step values of the steady steps."""
     if section.name == "step_time":
-        return step_time_measures(side)
+        return step_time_measures(side, warmup)
     if section.name == "gpu_timeline":
-        return timeline_measures(side, section)
+        return timeline_measures(side, section, warmup)
     if section.name == "critical_path":
-        return critical_path_measures(side, section)
+        return critical_path_measures(side, section, warmup)
     if section.name == "collectives":
-        return collective_measures(con, side, section)
+        return collective_measures(con, side, section, warmup)
     source = SECTION_SOURCES[section.name]
     totals, per_step = result(side, source), side.per_step.get(source)
     if "name" in section.keys:
         totals, per_step = merged_step_ops(totals), merged_step_ops(per_step)
-    return additive_measures(con, section, totals, per_step, side.step_counts)
+    return additive_measures(con, section, totals, per_step, steady(side.steps, warmup))
 
 
 def merged_step_ops(frame: pl.DataFrame | None) -> pl.DataFrame | None:
@@ -375,9 +396,9 @@ def keyed(frame: pl.DataFrame, section: Section) -> pl.DataFrame:
 
 
 def additive_measures(con, section: Section, totals: pl.DataFrame | None, per_step: pl.DataFrame | None,
-                      step_counts: pl.DataFrame | None) -> pl.DataFrame:
+                      steps: pl.DataFrame) -> pl.DataFrame:
     """Sums of the section's additive metrics per key (per rank where the section is, and all ranks together), with
-    their per-step spread (queries/diff/measures.sql)."""
+    their values in each of `steps` (queries/diff/measures.sql)."""
     metrics = [m.name for m in section.metrics if m.aggregation == "sum"]
     if totals is None:
         return empty_measures(section)
@@ -394,21 +415,22 @@ def additive_measures(con, section: Section, totals: pl.DataFrame | None, per_st
     if section.per_rank:
         levels.append(values.group_by("rank", *group, maintain_order=True).agg(pl.col("value").sum()))
     totals_long = keyed(pl.concat(levels, how="diagonal"), section)
-    if per_step is None or step_counts is None or per_step.height == 0:
+    if per_step is None or per_step.height == 0:
+        # No per-step results (fewer than 2 steps, or the analysis gave nothing): no steps to fill with zeros.
         per_step_long = pl.DataFrame(schema={"key": totals_long["key"].dtype, "rank": pl.Int32, "step": pl.Int64,
                                              "metric": pl.String, "value": pl.Float64})
-        step_counts = pl.DataFrame(schema={"rank": pl.Int32, "steps": pl.Int64})
+        steps = pl.DataFrame(schema=STEP_SCHEMA)
     else:
         per_step_long = keyed(long(per_step, ["rank", "step"]), section)
     con.register("totals", totals_long)
     con.register("step_values", per_step_long)
-    con.register("step_counts", step_counts)
+    con.register("steps", steps.cast(STEP_SCHEMA))
     return con.sql(analyses.load_query("diff/measures").sql).pl()
 
 
-def collective_measures(con, side: Side, section: Section) -> pl.DataFrame:
-    """Count and time of collectives per (collective, dtype, bytes, group size), and their mean bus bandwidth with
-    its spread across calls (each call is a sample of the bandwidth)."""
+def collective_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Count and time of collectives per (collective, dtype, bytes, group size), and their mean bus bandwidth; per
+    step, the mean bandwidth of the step's calls (a step without such a call has no value, not 0)."""
     calls = result(side, "collectives")
     if calls is None:
         return empty_measures(section)
@@ -419,23 +441,30 @@ def collective_measures(con, side: Side, section: Section) -> pl.DataFrame:
 
     per_step = side.per_step.get("collectives")
     sums = additive_measures(con, section, per_key(calls, ["rank"]),
-                             per_key(per_step, ["rank", "step"]) if per_step is not None else None, side.step_counts)
-    spread = [pl.col("busbw_gbps").mean().alias("value"), pl.col("busbw_gbps").std().alias("spread_sd"),
-              pl.len().alias("spread_n")]
-    bandwidth = [calls.group_by(section.keys, maintain_order=True).agg(*spread, rank=pl.lit(None, pl.Int32)),
-                 calls.group_by("rank", *section.keys, maintain_order=True).agg(*spread)]
-    bandwidth = keyed(pl.concat([b.select("rank", *section.keys, "value", "spread_sd", "spread_n") for b in bandwidth]),
-                      section).with_columns(metric=pl.lit("busbw_gbps"))
+                             per_key(per_step, ["rank", "step"]) if per_step is not None else None,
+                             steady(side.steps, warmup))
+    overall = [calls.group_by(section.keys, maintain_order=True).agg(value=pl.col("busbw_gbps").mean(),
+                                                                     rank=pl.lit(None, pl.Int32)),
+               calls.group_by("rank", *section.keys, maintain_order=True).agg(value=pl.col("busbw_gbps").mean())]
+    bandwidth = pl.concat([b.select(pl.col("rank").cast(pl.Int32), *section.keys, "value") for b in overall])
+    if per_step is not None:
+        steps = steady(per_step, warmup)
+        means = [steps.group_by("step", *section.keys, maintain_order=True)
+                 .agg(pl.col("busbw_gbps").mean(), rank=pl.lit(None, pl.Int32)),
+                 steps.group_by("rank", "step", *section.keys, maintain_order=True).agg(pl.col("busbw_gbps").mean())]
+        samples = (pl.concat([m.select(pl.col("rank").cast(pl.Int32), "step", *section.keys, "busbw_gbps")
+                              for m in means])
+                   .sort("step").group_by("rank", *section.keys, maintain_order=True)
+                   .agg(samples=pl.col("busbw_gbps").cast(pl.Float64)))
+        bandwidth = bandwidth.join(samples, on=["rank", *section.keys], how="left", nulls_equal=True)
+    else:
+        bandwidth = bandwidth.with_columns(samples=pl.lit(None, pl.List(pl.Float64)))
+    bandwidth = keyed(bandwidth, section).with_columns(metric=pl.lit("busbw_gbps"))
     return pl.concat([sums, bandwidth.select(sums.columns).cast(sums.schema)])
 
 
-def robust_sd(column: str) -> pl.Expr:
-    """1.4826 × the median absolute deviation: the standard deviation of normal noise, unmoved by a few outliers."""
-    return MAD_TO_SD * (pl.col(column) - pl.col(column).median()).abs().median()
-
-
-def timeline_measures(side: Side, section: Section) -> pl.DataFrame:
-    """GPU time per category (gpu_timeline), with its per-step spread from `steps`."""
+def timeline_measures(side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """GPU time per category (gpu_timeline), with its per-step values from `steps`."""
     totals, steps = result(side, "gpu_timeline"), result(side, "steps")
     if totals is None:
         return empty_measures(section)
@@ -444,46 +473,45 @@ def timeline_measures(side: Side, section: Section) -> pl.DataFrame:
         per_step = (steps.select("rank", "step", *TIMELINE_STEP_COLUMNS.values())
                     .rename({v: k for k, v in TIMELINE_STEP_COLUMNS.items()})
                     .unpivot(index=["rank", "step"], variable_name="category", value_name="value"))
-    return breakdown_measures(totals.select("rank", "category", value="time_ms"), per_step)
+    return breakdown_measures(totals.select("rank", "category", value="time_ms"), per_step, warmup)
 
 
-def critical_path_measures(side: Side, section: Section) -> pl.DataFrame:
-    """Critical-path time per category summed over the steps, with its per-step spread."""
+def critical_path_measures(side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Critical-path time per category summed over the steps, with its per-step values."""
     path = result(side, "critical_path_summary")
     if path is None:
         return empty_measures(section)
     per_step = path.select("rank", "step", "category", value="time_ms")
     return breakdown_measures(per_step.group_by("rank", "category", maintain_order=True).agg(pl.col("value").sum()),
-                              per_step)
+                              per_step, warmup)
 
 
-def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None) -> pl.DataFrame:
-    """Times per (rank, category), and for all ranks, with a robust per-step spread as for the step time: a step
-    breakdown has the same warm-up or stall steps as outliers. A category absent from a step counts as 0 there."""
+def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Times per (rank, category), and for all ranks, with their values in the steady steps. A category absent from
+    a step counts as 0 there."""
     per_rank = totals.select(pl.col("rank").cast(pl.Int32), "category", pl.col("value").cast(pl.Float64))
     values = pl.concat([per_rank, per_rank.group_by("category", maintain_order=True).agg(pl.col("value").sum())
                        .select(pl.lit(None, pl.Int32).alias("rank"), "category", "value")])
-    spread = pl.DataFrame(schema={"rank": pl.Int32, "category": pl.String, "spread_sd": pl.Float64,
-                                  "spread_n": pl.Int64})
+    samples = pl.DataFrame(schema={"rank": pl.Int32, "category": pl.String, "samples": pl.List(pl.Float64)})
     if per_step is not None and per_step.height:
         filled = (per_step.with_columns(pl.col("rank").cast(pl.Int32), pl.col("value").cast(pl.Float64))
                   .pivot(on="category", index=["rank", "step"], values="value", aggregate_function="sum")
                   .with_columns(pl.exclude("rank", "step").fill_null(0.0))
                   .unpivot(index=["rank", "step"], variable_name="category", value_name="value"))
+        filled = steady(filled, warmup)
         all_ranks = (filled.group_by("step", "category", maintain_order=True).agg(pl.col("value").sum())
                      .select(pl.lit(None, pl.Int32).alias("rank"), "step", "category", "value"))
-        spread = (pl.concat([filled, all_ranks]).group_by("rank", "category", maintain_order=True)
-                  .agg(spread_sd=robust_sd("value"), spread_n=pl.len().cast(pl.Int64)))
-    return (values.join(spread, on=["rank", "category"], how="left", nulls_equal=True)
-            .with_columns(key=pl.struct("category"), metric=pl.lit("time_ms"),
-                          spread_sd=pl.when(pl.col("spread_n") >= 2).then(pl.col("spread_sd")))
+        samples = (pl.concat([filled, all_ranks]).sort("step")
+                   .group_by("rank", "category", maintain_order=True).agg(samples=pl.col("value")))
+    return (values.join(samples, on=["rank", "category"], how="left", nulls_equal=True)
+            .with_columns(key=pl.struct("category"), metric=pl.lit("time_ms"))
             .select("key", *MEASURE_SCHEMA))
 
 
-def step_time_measures(side: Side) -> pl.DataFrame:
-    """Median step time per rank and for all ranks (per step, the slowest rank), with a robust spread: 1.4826 × the
-    median absolute deviation (a warm-up step or a data-loading stall is an outlier, not noise; the sd of 6 steps
-    with one such step would hide a 30% change). Without steps, the GPU timeline's total time (whole trace)."""
+def step_time_measures(side: Side, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Median step time per rank and for all ranks (per step, the slowest rank), over every step, with the steady
+    steps' durations as per-step values. Without steps, the GPU timeline's total time (whole trace, no per-step
+    values)."""
     section = SECTIONS["step_time"]
     steps = result(side, "steps")
     if steps is not None:
@@ -491,10 +519,9 @@ def step_time_measures(side: Side) -> pl.DataFrame:
                    .with_columns(rank=pl.lit(None, pl.Int32)))
         frame = (pl.concat([steps.select(pl.col("rank").cast(pl.Int32), "step", "duration_ms"),
                             overall.select("rank", "step", "duration_ms")])
-                 .group_by("rank", maintain_order=True)
+                 .sort("step").group_by("rank", maintain_order=True)
                  .agg(value=pl.col("duration_ms").median(),
-                      spread_sd=robust_sd("duration_ms"),
-                      spread_n=pl.len().cast(pl.Int64)))
+                      samples=pl.col("duration_ms").filter(~pl.col("step").is_in(warmup)).cast(pl.Float64)))
     else:
         timeline = result(side, "gpu_timeline")
         if timeline is None:
@@ -502,9 +529,8 @@ def step_time_measures(side: Side) -> pl.DataFrame:
         total = timeline.filter(pl.col("category") == "total").select(pl.col("rank").cast(pl.Int32), value="time_ms")
         frame = pl.concat([total, pl.DataFrame({"rank": [None], "value": [total["value"].max()]},
                                                schema={"rank": pl.Int32, "value": pl.Float64})])
-        frame = frame.with_columns(spread_sd=pl.lit(None, pl.Float64), spread_n=pl.lit(1, pl.Int64))
-    return frame.with_columns(key=pl.struct(measure=pl.lit("step time")), metric=pl.lit("step_time_ms"),
-                              spread_sd=pl.when(pl.col("spread_n") >= 2).then(pl.col("spread_sd"))
+        frame = frame.with_columns(samples=pl.lit(None, pl.List(pl.Float64)))
+    return frame.with_columns(key=pl.struct(measure=pl.lit("step time")), metric=pl.lit("step_time_ms")
                               ).select("key", *MEASURE_SCHEMA)
 
 
@@ -516,28 +542,31 @@ def step_basis(side: Side) -> str:
 # The comparison
 
 
-def compare(base: TraceTables | Side, cand: TraceTables | Side, threshold: float = DEFAULT_THRESHOLD_PERCENT,
-            k: float = DEFAULT_K, floor_percent: float = DEFAULT_FLOOR_PERCENT,
+def compare(base: TraceTables | Side, cand: TraceTables | Side, alpha: float = DEFAULT_ALPHA,
+            floor_percent: float = DEFAULT_FLOOR_PERCENT, warmup_steps: int = DEFAULT_WARMUP_STEPS,
             labels: tuple[str, str] = ("base", "cand")) -> DiffResult:
     """Compare a baseline and a candidate run (tables, or sides already summarised).
 
-    `threshold` (percent) applies where neither side has several steps; otherwise a change must exceed `k` standard
-    errors of the per-step noise and `floor_percent` of the value. See the module docstring for the rule.
+    A measure is slower/faster when the 1 − `alpha` confidence interval of its per-step shift excludes 0 and the
+    shift exceeds `floor_percent` of its per-step value; the first `warmup_steps` steps of each run are left out of
+    that comparison. See tracekit/verdicts.py for the rule.
     """
     base = base if isinstance(base, Side) else summarize(base, labels[0])
     cand = cand if isinstance(cand, Side) else summarize(cand, labels[1])
-    settings = Settings(threshold, k, floor_percent)
-    # One thread for the comparison of the two summaries (small frames): its float sums of squares (the noise) then
-    # add up in one order, so a run gives the same bits every time.
+    settings = Settings(alpha, floor_percent, warmup_steps)
+    warmup = {"base": warmup_steps_of(base, warmup_steps), "cand": warmup_steps_of(cand, warmup_steps)}
+    # One thread for the comparison of the two summaries (small frames): float sums then add up in one order, so a
+    # run gives the same bits every time.
     with connection.connect(threads=1) as con:
-        con.register("settings", pl.DataFrame([vars(settings)]))
         con.register("coverage", coverage(base, cand))
-        compared = {name: compare_section(con, section, base, cand) for name, section in SECTIONS.items()}
+        compared = {name: compare_section(con, section, {"base": base, "cand": cand}, warmup, settings)
+                    for name, section in SECTIONS.items()}
     measures = pl.concat([long_form(section, compared[name]) for name, section in SECTIONS.items()])
     sections = {name: wide_form(section, compared[name], attributes(section, base, cand))
                 for name, section in SECTIONS.items()}
     return DiffResult(base.label, cand.label, sections, measures, settings,
-                      tuple((s.label, step_basis(s)) for s in (base, cand)), diff_notes(base, cand, measures))
+                      tuple((s.label, step_basis(s)) for s in (base, cand)), diff_notes(base, cand, measures),
+                      ((base.label, warmup["base"]), (cand.label, warmup["cand"])))
 
 
 def coverage(base: Side, cand: Side) -> pl.DataFrame:
@@ -550,16 +579,30 @@ def coverage(base: Side, cand: Side) -> pl.DataFrame:
             .select("rank", scale=pl.col("steps") / pl.col("steps_cand")))
 
 
-def compare_section(con, section: Section, base: Side, cand: Side) -> pl.DataFrame:
-    measures = {side: side_measures(con, s, section) for side, s in (("base", base), ("cand", cand))}
-    for side, frame in measures.items():
-        con.register(f"{side}_measures", frame.with_columns(pl.col("key").cast(section.key_type)))
+def compare_section(con, section: Section, sides: dict[str, Side], warmup: dict[str, tuple[int, ...]],
+                    settings: Settings) -> pl.DataFrame:
+    for name, side in sides.items():
+        frame = side_measures(con, side, section, warmup[name])
+        con.register(f"{name}_measures", frame.with_columns(pl.col("key").cast(section.key_type)))
     con.register("metric_specs", pl.DataFrame([vars(m) for m in section.metrics],
                                               schema={"name": pl.String, "direction": pl.Int32,
                                                       "aggregation": pl.String, "abs_floor": pl.Float64})
                  .rename({"name": "metric"}))
-    compared = con.sql(analyses.load_query("diff/compare").sql).pl()
-    return mark_deciders(section, compared)
+    matched = con.sql(analyses.load_query("diff/compare").sql).pl()
+    return mark_deciders(section, judged(matched, settings))
+
+
+def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
+    """The matched measures with the per-step shift, its confidence interval, the rank test's p-value and the
+    verdict (tracekit/verdicts.py); the floor is floor_percent of the larger per-step median, at least abs_floor."""
+    # A step without a value (a collective of unknown size has no bandwidth) is no sample.
+    matched = matched.with_columns(pl.col("base_samples", "cand_samples").list.drop_nulls())
+    stats = verdicts.shift_tests(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
+    floor = pl.max_horizontal(settings.floor_percent / 100 * pl.max_horizontal(
+        pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs()), pl.col("abs_floor"))
+    return (pl.concat([matched, stats], how="horizontal")
+            .with_columns(verdict=verdicts.verdict(pl.col("direction"), floor))
+            .drop("base_samples", "cand_samples", "direction", "abs_floor"))
 
 
 def mark_deciders(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
@@ -587,11 +630,13 @@ def long_form(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
     item = pl.concat_str([pl.col("key").struct.field(k) for k in section.keys], separator=" ", ignore_nulls=True)
     return compared.select(
         section=pl.lit(section.name), item=item, rank=pl.col("rank").cast(pl.Int32), metric="metric",
-        base="base", cand="cand", delta="delta", percent_delta="percent_delta", noise="noise", verdict="verdict",
+        base="base", cand="cand", delta="delta", percent_delta="percent_delta", effect="effect", ci_low="ci_low",
+        ci_high="ci_high", p_value="p_value", level="level", n_base="n_base", n_cand="n_cand", verdict="verdict",
         decides="decides", to_ms=pl.col("metric").replace_strict(to_ms, default=None, return_dtype=pl.Float64))
 
 
-VALUE_COLUMNS = ("base", "cand", "delta", "percent_delta", "noise", "verdict")
+VALUE_COLUMNS = ("base", "cand", "delta", "percent_delta", *EFFECT_COLUMNS, "p_value", "verdict")
+JUDGED_COLUMNS = (*EFFECT_COLUMNS, "p_value", "verdict")  # absent for measures without a better direction (counts)
 
 
 def wide_columns(section: Section) -> dict[str, pl.DataType]:
@@ -600,7 +645,7 @@ def wide_columns(section: Section) -> dict[str, pl.DataType]:
                "verdict": pl.String, "verdict_on": pl.String}
     for m in section.metrics:
         for v in VALUE_COLUMNS:
-            if not (v == "verdict" and m.direction == 0):
+            if not (v in JUDGED_COLUMNS and m.direction == 0):
                 columns[f"{v}_{m.name}"] = pl.String if v == "verdict" else pl.Float64
     if not section.per_rank:
         del columns["rank"]
@@ -620,8 +665,9 @@ def attributes(section: Section, base: Side, cand: Side) -> pl.DataFrame | None:
 
 
 def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | None) -> pl.DataFrame:
-    """One row per (key, rank): base_m, cand_m, delta_m, percent_delta_m, noise_m, verdict_m per metric m, then the
-    deciding verdict; significant rows first, then by |delta| (in ms) of the deciding metric."""
+    """One row per (key, rank): base_m, cand_m, delta_m, percent_delta_m, effect_m, ci_low_m, ci_high_m, p_value_m,
+    verdict_m per metric m, then the deciding verdict; significant rows first, then by |delta| (in ms) of the deciding
+    metric."""
     columns = wide_columns(section)
     index = [*section.keys, "rank"]
     frame = compared.with_columns(pl.col("key").struct.unnest())
@@ -684,7 +730,8 @@ def write_workbook(result: DiffResult, path: Path, force: bool = False) -> list[
 
 METRIC_LABELS = {"direct_kernel_ms": "kernel", "total_us": "kernel", "self_cpu_ms": "self cpu", "time_us": "time",
                  "time_ms": "time", "busbw_gbps": "busbw"}
-VERDICT_STYLES = {"slower": "red", "faster": "green", "added": "yellow", "removed": "cyan", "unchanged": "dim"}
+VERDICT_STYLES = {"slower": "red", "faster": "green", "added": "yellow", "removed": "cyan", "unchanged": "dim",
+                  verdicts.NOT_ENOUGH: "magenta"}
 
 
 def styled(verdict: str | None) -> str:
@@ -693,6 +740,23 @@ def styled(verdict: str | None) -> str:
 
 def signed(value: float | None, digits: int = 2, suffix: str = "") -> str:
     return "" if value is None else f"{value:+,.{digits}f}{suffix}"
+
+
+def interval_text(row: dict, unit: str = "_ms") -> str:
+    """The per-step shift and its confidence interval: "+1.234 [+0.500, +2.000]"."""
+    effect, low, high = (row.get(f"{c}{unit}") for c in EFFECT_COLUMNS)
+    if effect is None:
+        return ""
+    return f"{effect:+,.3f}" + ("" if low is None else f" [{low:+,.3f}, {high:+,.3f}]")
+
+
+def shift_text(head: dict) -> str:
+    """The headline's per-step comparison: shift, CI at its exact level, p-value and steps compared."""
+    steps = f"{head['n_base'] or 0} vs {head['n_cand'] or 0} steps"
+    if head["ci_low"] is None:
+        return f"per step: no interval at this level ({steps})"
+    return (f"per step {signed(head['effect'])} ms, {100 * head['level']:.1f}% CI [{signed(head['ci_low'])}, "
+            f"{signed(head['ci_high'])}] (p={head['p_value']:.2g}, {steps})")
 
 
 def print_summary(result: DiffResult, console, top: int = 15) -> None:
@@ -709,8 +773,9 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
     else:
         values = " → ".join("-" if v is None else f"{v:,.2f} ms" for v in (head["base"], head["cand"]))
         console.print(f"step time (all ranks): {values}  Δ {signed(head['delta'])} ms "
-                      f"({signed(head['percent_delta'], 1, '%')})  noise ±{head['noise']:,.2f} ms  "
-                      f"{styled(head['verdict'])}")
+                      f"({signed(head['percent_delta'], 1, '%')})  {shift_text(head)}  {styled(head['verdict'])}")
+    if result.warmup_text():
+        console.print(f"warm-up steps left out of the verdicts: {result.warmup_text()} (--warmup-steps 0 keeps them)")
     timeline = result.sections["gpu_timeline"].filter(
         pl.col("rank").is_null() & pl.col("category").is_in(["busy", "idle", "computation", "communication", "memcpy",
                                                               "exposed_communication", "exposed_memcpy"])
@@ -725,11 +790,11 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
         sections = ("ops", "categories", "collectives")
     changes = result.top_changes(top, sections)
     if changes.height == 0:
-        console.print(f"no change beyond noise among {', '.join(sections)}")
+        console.print(f"no significant change among {', '.join(sections)}")
     else:
         table = Table(title=f"top changes ({', '.join(sections)}; all ranks)", title_justify="left", box=box.SIMPLE)
         table.add_column("item", overflow="fold", ratio=1)
-        for name in ("base → cand ms", "Δ ms (Δ %)", "noise ms"):
+        for name in ("base → cand ms", "Δ ms (Δ %)", "per step Δ ms [CI]"):
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("verdict", no_wrap=True)
         for r in changes.iter_rows(named=True):
@@ -738,7 +803,7 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
             percent = "" if r["percent_delta"] is None else f" ({r['percent_delta']:+.1f}%)"
             label = METRIC_LABELS.get(r["metric"], r["metric"])
             table.add_row(f"[dim]{r['section']}[/] {escape(item)} [dim]({label})[/]",
-                          values, f"{r['delta_ms']:+,.3f}{percent}", f"±{r['noise_ms']:,.3f}", styled(r["verdict"]))
+                          values, f"{r['delta_ms']:+,.3f}{percent}", interval_text(r), styled(r["verdict"]))
         console.print(table)
     for note in result.notes:
         console.print(f"note: {note}")
