@@ -1,15 +1,19 @@
 -- prelude: who launched which GPU work, as table macros shared by the analyses (defined once, used by several).
 --   gpu_ops(): every kernel, memcpy and memset with its launch call (call_id, null when none is in the trace).
 --   launch_op_ancestors(): for every launch call, each cpu_op above it on its thread (via nest edges), with
---     `innermost` marking the nearest one; carries the call's GPU time. Found by a recursive CTE that climbs one
---     tree level per iteration for all calls at once.
---   op_calls(): one row per cpu_op call: cpu time, self time, direct and subtree GPU time (and op counts).
+--     `innermost` marking the nearest one and `outermost_of_name` the outermost one of each name; carries the
+--     call's GPU time. Found by a recursive CTE that climbs one tree level per iteration for all calls at once.
+--   op_calls(): one row per cpu_op call: cpu time, self time, direct, subtree and owned subtree GPU time (and op
+--     counts).
 --   gpu_op_owners(): gpu_ops() plus the innermost enclosing cpu_op of the launch call (op_id, op_name).
 --   op_rollup(by_shape): op_calls() summed per (rank, name) or per (rank, name, input_dims, input_type).
 -- Definitions (TraceLens's, checked on its reference CSVs): an op's direct kernel time is the summed duration of
 -- the GPU ops (kernels, memcpys, memsets) whose launch call's innermost enclosing cpu_op is that op; its subtree
 -- kernel time adds the direct time of every cpu_op below it. Self CPU time is the op's duration minus the
 -- durations of its direct children on the thread (ops, runtime calls, Python frames alike), floored at 0.
+-- A call nested in a call of the same name (aten::arange inside aten::arange) has its GPU ops in both subtrees:
+-- its owned subtree time is 0, the outermost call of the name owns them. Totals over calls (op_rollup) sum owned
+-- subtree time, so each GPU op counts once per name and a name's total never exceeds the GPU time under its calls.
 
 create or replace macro gpu_ops() as table
     select g.rank, g.id, g.kind, g.name, g.device, g.stream, g.ts as start_ns,
@@ -37,8 +41,12 @@ create or replace macro launch_op_ancestors() as table
         select c.rank, c.call_id, u.parent, u.parent_is_op, c.ops_passed + u.parent_is_op::int
         from climb c join nest_up u on u.rank = c.rank and u.child = c.node
     )
-    select c.rank, c.call_id, c.node as op_id, c.ops_passed = 1 as innermost, k.gpu_ops, k.kernels, k.gpu_ns
-    from climb c join calls k on k.rank = c.rank and k.call_id = c.call_id
+    select c.rank, c.call_id, c.node as op_id, c.ops_passed = 1 as innermost,
+           c.ops_passed = max(c.ops_passed) over (partition by c.rank, c.call_id, o.name) as outermost_of_name,
+           k.gpu_ops, k.kernels, k.gpu_ns
+    from climb c
+    join calls k on k.rank = c.rank and k.call_id = c.call_id
+    join events o on o.rank = c.rank and o.id = c.node
     where c.node_is_op;
 
 create or replace macro op_calls() as table
@@ -48,6 +56,7 @@ create or replace macro op_calls() as table
                sum(gpu_ops) filter (where innermost) as direct_gpu_ops,
                sum(kernels) filter (where innermost) as direct_kernels,
                sum(gpu_ns) as subtree_ns,
+               sum(gpu_ns) filter (where outermost_of_name) as owned_subtree_ns,
                sum(gpu_ops) as subtree_gpu_ops,
                sum(kernels) as subtree_kernels
         from launch_op_ancestors()
@@ -63,6 +72,7 @@ create or replace macro op_calls() as table
            e.sequence_number, e.fwd_thread_id,
            greatest(coalesce(e.dur, 0) - coalesce(ch.children_ns, 0), 0) as self_ns,
            coalesce(a.direct_ns, 0) as direct_ns, coalesce(a.subtree_ns, 0) as subtree_ns,
+           coalesce(a.owned_subtree_ns, 0) as owned_subtree_ns,
            coalesce(a.direct_gpu_ops, 0) as direct_gpu_ops, coalesce(a.direct_kernels, 0) as direct_kernels,
            coalesce(a.subtree_gpu_ops, 0) as subtree_gpu_ops, coalesce(a.subtree_kernels, 0) as subtree_kernels
     from events e
@@ -86,7 +96,7 @@ create or replace macro op_rollup(by_shape) as table
                sum(dur) / 1e6 as total_cpu_ms,
                sum(self_ns) / 1e6 as self_cpu_ms,
                sum(direct_ns) / 1e6 as direct_kernel_ms,
-               sum(subtree_ns) / 1e6 as subtree_kernel_ms,
+               sum(owned_subtree_ns) / 1e6 as subtree_kernel_ms,
                avg(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_mean_us,
                median(direct_ns::double) filter (where direct_gpu_ops > 0) / 1e3 as kernel_median_us,
                min(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_min_us,

@@ -5,11 +5,13 @@
 --     rank, step (N), name, event_id, start_ns, end_ns (the CPU step), and the step's GPU window gpu_start_ns,
 --     gpu_end_ns with gpu_window_source: 'gpu_annotation' where the trace has a gpu_annotation of the same name (its
 --     span), else 'launches' (first start to last end of the GPU ops whose launch call starts inside the CPU step),
---     else null. Where a rank has two CPU annotations of one step name, the longest is the step.
+--     else null. Where a rank has two CPU annotations of one step name, the step is the user_annotation, then
+--     the longest.
 --   step_breakdown(): step_windows() with the GPU time inside each CPU step window (gpu_time_in_windows), in ns.
 --   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns: the CPU step windows of ranks with steps
 --     (window_id = step); for a rank without steps one window (window_id -1, step null) from the first start to
 --     the last end of its CPU events and GPU ops.
+--   step_members(), step_events(of_step): the events of each step (what a step's events are: see step_members).
 --   gpu_time_in_windows(windows): GPU time inside each window of the relation named `windows` (a table or a CTE
 --     of the calling query, with rank, window_id, start_ns, end_ns): the union of GPU-op intervals clipped to the
 --     window, per category, in ns: computation_ns, communication_ns, memcpy_ns, busy_ns,
@@ -150,24 +152,49 @@ create or replace macro step_or_trace_windows() as table
       and rank not in (select rank from sw_steps)
     group by rank;
 
--- step_events(of_step): the events of step N on every rank that has it: host events starting inside the CPU step
--- window, the GPU ops (and their gpu_annotations) launched by those, and GPU ops without a launch call in the trace
--- that start inside the step's GPU window (its CPU window where it has none). Columns: rank, id.
-create or replace macro step_events(of_step) as table
-    with w as (select * from step_windows() where step = of_step),
-    host as (
-        select e.rank, e.id from events e join w on w.rank = e.rank
-        where e.kind not in ('kernel', 'memcpy', 'memset', 'gpu_annotation')
-          and e.ts >= w.start_ns and e.ts < w.end_ns
+-- step_members(): the step of every event that belongs to one (rank, id, step): THE definition of a step's events,
+-- used by `tracekit run --step`, TraceDatabase.scoped(step=), `tracekit graph --step` and the diff's per-step
+-- noise alike. Step N of a rank is its step_windows() row. An event belongs to it as follows, and to one step at
+-- most (where windows overlap, to the one that started last at or before the event, if that one has not ended):
+--   - a GPU op (kernel, memcpy, memset) with a launch call in the trace: the step of its launch call, wherever it
+--     ran (work launched in step N that runs after the CPU step ends is still step N's);
+--   - a gpu_annotation (a range projected on the GPU timeline): the step whose GPU window contains its start;
+--   - every other event, host events and GPU ops without a launch call in the trace (queued before the profiling
+--     window) alike: the step whose CPU window contains its start. The GPU ops queued before the window run at the
+--     start of the first steps, before any GPU op those launched (so outside every GPU window: none of the 509 on
+--     the H100 Qwen trace or of the 968 on the MI300X ResNet trace is in one), and the steps analysis counts them
+--     in the CPU window too (unlaunched_gpu_ms).
+--   Events starting outside every step window (before the first step, between or after steps) belong to none.
+create or replace macro step_members() as table
+    with sm_steps as materialized (
+        select rank, step, start_ns, end_ns, coalesce(gpu_start_ns, start_ns) as gpu_start_ns,
+               coalesce(gpu_end_ns, end_ns) as gpu_end_ns
+        from step_windows()
     ),
-    launched as (
-        select l.rank, l.dst as id from edges l semi join host h on h.rank = l.rank and h.id = l.src
-        where l.kind = 'launch'
+    sm_launches as materialized (
+        select rank, src as call_id, dst as id from edges where kind = 'launch'
     ),
-    unlaunched as (
-        select g.rank, g.id from events g join w on w.rank = g.rank
-        where g.kind in ('kernel', 'memcpy', 'memset', 'gpu_annotation')
-          and g.ts >= coalesce(w.gpu_start_ns, w.start_ns) and g.ts < coalesce(w.gpu_end_ns, w.end_ns)
-          and not exists (select 1 from edges l where l.kind = 'launch' and l.rank = g.rank and l.dst = g.id)
+    sm_by_cpu_window as (
+        select e.rank, e.id, s.step
+        from events e asof join sm_steps s on s.rank = e.rank and s.start_ns <= e.ts
+        where e.kind <> 'gpu_annotation' and e.ts < s.end_ns
+    ),
+    sm_host_or_unlaunched as materialized (
+        select * from sm_by_cpu_window m anti join sm_launches l on l.rank = m.rank and l.id = m.id
+    ),
+    sm_launched as (
+        select l.rank, l.id, h.step
+        from sm_launches l join sm_host_or_unlaunched h on h.rank = l.rank and h.id = l.call_id
+    ),
+    sm_gpu_annotations as (
+        select e.rank, e.id, s.step
+        from events e asof join sm_steps s on s.rank = e.rank and s.gpu_start_ns <= e.ts
+        where e.kind = 'gpu_annotation' and e.ts < s.gpu_end_ns
     )
-    select * from host union select * from launched union select * from unlaunched;
+    select rank, id, step from sm_host_or_unlaunched
+    union all select rank, id, step from sm_launched
+    union all select rank, id, step from sm_gpu_annotations;
+
+-- step_events(of_step): the events of step N on every rank that has it (step_members()). Columns: rank, id.
+create or replace macro step_events(of_step) as table
+    select rank, id from step_members() where step = of_step;

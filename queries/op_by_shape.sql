@@ -11,7 +11,8 @@
 --   total_cpu_ms: ms, summed call durations on the CPU
 --   self_cpu_ms: ms, summed call durations minus their direct children's durations
 --   direct_kernel_ms: ms, GPU time launched by the calls themselves (innermost enclosing cpu_op)
---   subtree_kernel_ms: ms, direct kernel time of the calls and every cpu_op below them
+--   subtree_kernel_ms: ms, durations of the GPU ops launched anywhere under the calls, less those under an
+--     enclosing call of the same name (that call's row owns them)
 --   kernel_mean_us: µs, mean direct kernel time per call that launched GPU work
 --   kernel_median_us: µs, median of the same
 --   kernel_min_us: µs, minimum of the same
@@ -19,6 +20,6 @@
 --   direct_gpu_ops: GPU ops launched directly
 --   percent_kernel: percent of the rank's direct kernel time
 --   cumulative_percent: running percent_kernel, largest first
--- notes: op_summary split by (input_dims, input_type); same definitions (see _launches.sql). The category of a
---   shape row uses the GPU work of that shape's calls only.
+-- notes: op_summary split by (input_dims, input_type); same definitions (see _launches.sql), so the rows of a name
+--   add up to its op_summary row. The category of a shape row uses the GPU work of that shape's calls only.
 select * from op_rollup(true)

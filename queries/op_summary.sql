@@ -9,7 +9,8 @@
 --   total_cpu_ms: ms, summed call durations on the CPU
 --   self_cpu_ms: ms, summed call durations minus the durations of each call's direct children on its thread
 --   direct_kernel_ms: ms, summed durations of the GPU ops (kernels, memcpys, memsets) whose launch call's innermost enclosing cpu_op is a call of this op
---   subtree_kernel_ms: ms, direct kernel time of the calls and of every cpu_op nested below them
+--   subtree_kernel_ms: ms, durations of the GPU ops launched anywhere under the calls (each GPU op once: a call
+--     nested in a call of the same name adds nothing, see notes)
 --   kernel_mean_us: µs, mean direct kernel time per call, over calls that launched GPU work
 --   kernel_median_us: µs, median of the same
 --   kernel_min_us: µs, minimum of the same
@@ -17,9 +18,12 @@
 --   direct_gpu_ops: GPU ops launched directly
 --   percent_kernel: percent of the rank's direct kernel time (all ops)
 --   cumulative_percent: running percent_kernel, largest direct_kernel_ms first
--- notes: Direct and subtree kernel time follow TraceLens's ops_summary (checked against its CSVs to 0.1%). Unlike
---   TraceLens, every op name is listed, including ops that launched nothing (direct time 0); count is all calls
---   (TraceLens's Count is the calls that launched GPU work: our gpu_calls). GPU ops without a launch call in the
---   trace, or whose launch call is not inside any cpu_op, belong to no op (see kernel_by_op). Self CPU time
---   subtracts every direct child on the thread (ops, runtime calls, Python frames). Ordered by direct_kernel_ms.
+-- notes: Direct and subtree kernel time follow TraceLens's ops_summary (checked against its CSVs to 0.1%). A call
+--   nested in a call of the same name (aten::arange inside aten::arange) has its GPU ops in both calls' subtrees;
+--   the outermost call of the name owns them, so the name's subtree time never exceeds the GPU time under its
+--   calls (op_calls() keeps each call's own subtree_ns). Unlike TraceLens, every op name is listed, including ops
+--   that launched nothing (direct time 0); count is all calls (TraceLens's Count is the calls that launched GPU
+--   work: our gpu_calls). GPU ops without a launch call in the trace, or whose launch call is not inside any
+--   cpu_op, belong to no op (see kernel_by_op). Self CPU time subtracts every direct child on the thread (ops,
+--   runtime calls, Python frames). Ordered by direct_kernel_ms.
 select * exclude (input_dims, input_type) from op_rollup(false)

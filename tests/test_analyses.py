@@ -55,15 +55,6 @@ def tracelens_case(request):
     csvs = trace.with_name(request.param.split("/")[1] + ".tracelens_csvs")
     tables = tracekit.load(trace)
     results = analyses.run_all(tables)
-    # TraceLens sums subtree time over the calls that launched GPU work themselves (the only ones it lists)
-    results["subtree_over_launching_calls"] = analyses.sql(tables, """
-        select name, sum(subtree_ns) filter (where direct_gpu_ops > 0) / 1e6 as subtree_ms
-        from op_calls() group by name""")
-    results["same_name_nesting"] = analyses.sql(tables, """
-        select distinct p.name from edges e
-        join events p on p.rank = e.rank and p.id = e.src
-        join events c on c.rank = e.rank and c.id = e.dst
-        where e.kind = 'nest' and p.kind = 'cpu_op' and c.name = p.name""")
     return results, csvs
 
 
@@ -81,8 +72,6 @@ def test_op_summary_matches_tracelens(tracelens_case):
     ours, csvs = tracelens_case
     reference = pl.read_csv(csvs / "ops_summary.csv")
     summary = {row["name"]: row for row in ours["op_summary"].iter_rows(named=True)}
-    launching = {row["name"]: row for row in ours["subtree_over_launching_calls"].iter_rows(named=True)}
-    same_name_nesting = set(ours["same_name_nesting"]["name"])
     # TraceLens lists exactly the ops that launched GPU work themselves
     assert set(reference["name"]) == {n for n, r in summary.items() if r["direct_kernel_ms"] > 0}
     for name, direct, subtree, count in reference.select(
@@ -90,13 +79,8 @@ def test_op_summary_matches_tracelens(tracelens_case):
         row = summary[name]
         assert close(row["direct_kernel_ms"], direct), (name, row["direct_kernel_ms"], direct)
         assert row["gpu_calls"] == count, name  # TraceLens's Count: calls that launched GPU work
-        assert close(launching[name]["subtree_ms"], subtree), name
-        if name in same_name_nesting:
-            # Deliberate: our subtree_kernel_ms sums over every call, so a call nested in a call of the same name
-            # (aten::arange → aten::arange.out) is counted in both; TraceLens sums only over launching calls.
-            assert row["subtree_kernel_ms"] >= subtree
-        else:
-            assert close(row["subtree_kernel_ms"], subtree), (name, row["subtree_kernel_ms"], subtree)
+        # aten::arange nests in aten::arange on the Qwen traces: counted once, as TraceLens does
+        assert close(row["subtree_kernel_ms"], subtree), (name, row["subtree_kernel_ms"], subtree)
 
 
 def test_op_categories_add_up_to_tracelens_total(tracelens_case):

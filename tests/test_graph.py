@@ -1,4 +1,5 @@
-"""`tracekit graph`: window selection against a direct filter of the tables, GraphML and DOT well-formed and exact."""
+"""`tracekit graph`: window selection against the step oracle and a direct filter of the tables, GraphML and DOT
+well-formed and exact."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import tracekit
 from tracekit.graph import write_graph
 
+from . import step_oracle
 from .conftest import REPO, shared_trace
 
 NS = {"g": "http://graphml.graphdrawing.org/xmlns"}
@@ -93,9 +95,11 @@ def parse_dot(text: str):
     return nodes, edges
 
 
-def test_step_window_matches_a_direct_filter(trainer, tmp_path):
-    step = trainer.polars("events").filter(pl.col("name") == "ProfilerStep#552").row(0, named=True)
-    ids, edges = expected_window(trainer, step["ts"], step["ts"] + step["dur"])
+def test_step_graph_is_the_step_events_and_the_edges_among_them(trainer, tmp_path):
+    members = step_oracle.step_members(trainer.polars("events"), trainer.polars("edges"))
+    ids = set(members.filter(pl.col("step") == 552)["id"])
+    edges = trainer.polars("edges").filter(pl.col("src").is_in(ids) & pl.col("dst").is_in(ids)
+                                           & ~pl.col("kind").str.starts_with("et_"))
     graph = write_graph(trainer, tmp_path / "g.graphml", step=552)
     write_graph(trainer, tmp_path / "g.dot", step=552)
     nodes, xml_edges = parse_graphml(tmp_path / "g.graphml")

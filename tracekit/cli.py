@@ -242,7 +242,8 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 
 @main.command(name="graph")
 @click.argument("traces", nargs=-1, required=True)
-@click.option("--step", type=int, default=None, help="Window: the ProfilerStep#N annotation of each rank.")
+@click.option("--step", type=int, default=None,
+              help="Window: training step N (ProfilerStep#N of each rank; its events as `run --step` selects them).")
 @click.option("--start-ns", type=int, default=None, help="Window start, epoch ns (with --end-ns).")
 @click.option("--end-ns", type=int, default=None, help="Window end, epoch ns (exclusive).")
 @click.option("-o", "--out", "outs", multiple=True, required=True, type=click.Path(path_type=Path),
@@ -250,7 +251,8 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @user_errors
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
-    """Write the dependency graph of a window (events overlapping it, edges among them)."""
+    """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
+    them)."""
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
         refuse_input_file(out, traces)
@@ -311,8 +313,8 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     \b
     Tables: events, edges, instants, flows, threads, processes, ranks, diagnostics, et_nodes, et_tensors
     (`tracekit schema`). Each analysis is a view of its name (`tracekit queries`): select * from op_summary.
-    Macros: ancestors(rank, id), descendants(rank, id), overlapping(rank, id), step_events(step), gpu_ops(),
-    op_calls(), step_windows(), op_category(name, memory_only), ... (.macros at the prompt).
+    Macros: ancestors(rank, id), descendants(rank, id), overlapping(rank, id), step_events(step), step_members(),
+    gpu_ops(), op_calls(), step_windows(), op_category(name, memory_only), ... (.macros at the prompt).
     """
     query, inputs = split_query(query_and_inputs, query_file)
     if not inputs:

@@ -89,10 +89,10 @@ class TraceDatabase:
     def scoped(self, *, rank: int | list[int] | None = None, step: int | None = None) -> TraceDatabase:
         """A new database over part of this one: the ranks listed, and/or one training step.
 
-        A step keeps, on each rank, the host events starting inside its ProfilerStep#N window, the GPU ops those
-        launched (wherever they ran) and the GPU ops without a launch call that start inside the step's GPU window;
-        instants and flows inside the window; and the edges between kept events. Ranks without that step are left
-        out.
+        A step keeps, on each rank, the events of step_members() (queries/_steps.sql: the host events starting
+        inside its ProfilerStep#N window, the GPU ops those launched wherever they ran, ...), the same events as
+        every other --step; instants and flows inside the window; and the edges between kept events. Ranks without
+        that step are left out.
         """
         ranks = None if rank is None else [rank] if isinstance(rank, int) else list(rank)
         where_rank = "true" if ranks is None else f"rank in ({', '.join(str(int(r)) for r in ranks)})"

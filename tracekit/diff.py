@@ -285,14 +285,15 @@ def pseudo_rank_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> pl
     """Replace the tables registered on `con` by views with one pseudo-rank per (rank, step); return the mapping
     (pseudo, rank, step), or None (views untouched) when no rank holds 2 steps or pseudo-ranks would overflow.
 
-    Step membership is queries/diff/step_members.sql. Instants, flows and Execution Trace tables are empty in the
-    views (the per-step analyses do not read them); edges keep only links within one step.
+    Step membership is step_members() (queries/_steps.sql), as for every command's --step. Instants, flows and
+    Execution Trace tables are empty in the views (the per-step analyses do not read them); edges keep only links
+    within one step.
     """
-    members = con.sql(analyses.load_query("diff/step_members").sql).to_arrow_table()
-    con.register("step_members", members)
+    members = con.sql("select rank, id, step from step_members()").to_arrow_table()
+    con.register("members", members)
     mapping = con.sql("""
         select rank, step, (dense_rank() over (partition by rank order by step) - 1)::bigint as step_index
-        from (select distinct rank, step from step_members)""").pl()
+        from (select distinct rank, step from members)""").pl()
     if mapping.height == 0 or mapping.group_by("rank").len()["len"].max() < 2:
         return None
     stride = int(mapping["step_index"].max()) + 1
@@ -302,7 +303,7 @@ def pseudo_rank_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> pl
         pseudo=(pl.col("rank").cast(pl.Int64) * stride + pl.col("step_index")).cast(pl.Int32))
     con.register("pseudo_ranks", mapping)
     con.execute("""create temp table member_pseudo as
-                   select m.rank, m.id, p.pseudo from step_members m join pseudo_ranks p using (rank, step)""")
+                   select m.rank, m.id, p.pseudo from members m join pseudo_ranks p using (rank, step)""")
     views = {
         "events": "select e.* replace (m.pseudo as rank) from whole_events e join member_pseudo m using (rank, id)",
         "edges": """select e.* replace (s.pseudo as rank) from whole_edges e

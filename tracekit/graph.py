@@ -1,8 +1,9 @@
 """The dependency graph of a time window, written as GraphML or Graphviz DOT text.
 
 A window is a profiler step (`ProfilerStep#N`, per rank) or an explicit [start_ns, end_ns) range. Its graph holds
-every event overlapping the window and every edge between two of those events. The writers are our own: they stream
-text, escape names (which hold <, >, &, quotes and backslashes) and need no Graphviz binary.
+the step's events (step_events: the same events as every other --step) or the events overlapping the range, and
+every edge between two of those events. The writers are our own: they stream text, escape names (which hold <, >,
+&, quotes and backslashes) and need no Graphviz binary.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TextIO
 
 import pyarrow as pa
 
+from . import analyses
 from .atomic import replacing_file
 from .errors import InputError
 from .tables import TraceTables
@@ -27,29 +29,19 @@ NODE_ATTRIBUTES = (("rank", "int"), ("event", "long"), ("kind", "string"), ("nam
                    ("tid", "string"), ("ts", "long"), ("dur", "long"), ("device", "int"), ("stream", "long"))
 EDGE_ATTRIBUTES = (("kind", "string"), ("subkind", "string"), ("lag", "long"))
 
-# One window per rank: its step's span, or the same explicit range for every rank.
-STEP_WINDOWS_SQL = """
-select rank, min(ts) as start_ns, max(ts + coalesce(dur, 0)) as end_ns
-from events where kind = 'user_annotation' and name = $name
-group by rank
+# A step's events are step_events(N) (queries/_steps.sql), as for every other --step; a range's are the events
+# overlapping it (a zero-length one when it lies inside).
+STEP_EVENTS_SQL = "create or replace temp table window_events as select rank, id from step_events({step})"
+RANGE_EVENTS_SQL = """
+create or replace temp table window_events as
+select rank, id from events where ts < $end and (ts + coalesce(dur, 0) > $start or ts >= $start)
 """
 
-STEP_NUMBERS_SQL = """
-select min(n), max(n) from (
-    select try_cast(regexp_extract(name, '^ProfilerStep#(\\d+)$', 1) as bigint) as n
-    from events where kind = 'user_annotation'
-) where n is not null
-"""
-
-RANGE_WINDOWS_SQL = "select distinct rank, $start::bigint as start_ns, $end::bigint as end_ns from events"
-
-# An event belongs to a window when it overlaps it; a zero-length event when it lies inside. et_* edges link
-# Execution Trace nodes, not events, and are left out.
+# et_* edges link Execution Trace nodes, not events, and are left out.
 WINDOW_GRAPH_SQL = """
 create or replace temp table window_nodes as
 select e.rank, e.id as event, e.kind, e.name, e.pid, e.tid, e.ts, e.dur, e.device, e.stream
-from events e join windows w on w.rank = e.rank
-where e.ts < w.end_ns and (e.ts + coalesce(e.dur, 0) > w.start_ns or e.ts >= w.start_ns)
+from events e semi join window_events w on w.rank = e.rank and w.id = e.id
 order by e.rank, e.ts, e.id;
 
 create or replace temp table window_edges as
@@ -70,23 +62,22 @@ class WindowGraph:
 
 def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | None = None,
                  end_ns: int | None = None) -> WindowGraph:
-    """Events overlapping the window and the edges among them."""
+    """The step's events (step_events) or the events overlapping the range, and the edges among them."""
     if (step is None) == (start_ns is None and end_ns is None):
         raise InputError("give either a step (--step N) or a time range (--start-ns A --end-ns B)")
-    with tables.connect() as con:
+    with analyses.connect(tables) as con:
         if step is not None:
-            windows = con.sql(STEP_WINDOWS_SQL, params={"name": f"ProfilerStep#{step}"}).to_arrow_table()
-            if windows.num_rows == 0:
-                steps = con.sql(STEP_NUMBERS_SQL).fetchall()
-                have = f"steps there: {steps[0][0]}..{steps[0][1]}" if steps[0][0] is not None else "it has none"
+            steps = [n for n, in con.sql("select distinct step from step_windows() order by step").fetchall()]
+            if step not in steps:
+                have = f"steps there: {steps[0]}..{steps[-1]}" if steps else "it has none"
                 raise InputError(f"--step {step}: no ProfilerStep#{step} annotation in the trace ({have})")
+            con.execute(STEP_EVENTS_SQL.format(step=int(step)))
         else:
             if start_ns is None or end_ns is None:
                 raise InputError("--start-ns and --end-ns go together")
             if start_ns >= end_ns:
                 raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: the range is empty")
-            windows = con.sql(RANGE_WINDOWS_SQL, params={"start": start_ns, "end": end_ns}).to_arrow_table()
-        con.register("windows", windows)
+            con.execute(RANGE_EVENTS_SQL, {"start": start_ns, "end": end_ns})
         con.execute(WINDOW_GRAPH_SQL)
         return WindowGraph(con.sql("select * from window_nodes").to_arrow_table(),
                            con.sql("select * from window_edges").to_arrow_table())

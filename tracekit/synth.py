@@ -405,7 +405,7 @@ def op_args(dims: list, types: list, concrete: list | None = None) -> dict:
 class OpTruth:
     count: int = 0
     direct_kernel_ns: int = 0  # GPU ops whose launch call's innermost enclosing cpu_op is this op
-    subtree_kernel_ns: int = 0  # GPU ops launched anywhere inside this op (each instance counted)
+    subtree_kernel_ns: int = 0  # GPU ops launched anywhere inside a call of this op, each counted once per name
     gemm_flops: int = 0  # 2·M·N·K (·batch) summed over instances, GEMM ops only
 
 
@@ -561,7 +561,7 @@ class RankSim:
         self.step_gpu = [min(self.step_gpu[0], start), max(self.step_gpu[1], start + dur)] if self.step_gpu else [start, start + dur]
         assert self.cpu_ops, f"{name} launched outside any cpu_op"
         self.ops[self.cpu_ops[-1]].direct_kernel_ns += dur
-        for op_name in self.cpu_ops:
+        for op_name in set(self.cpu_ops):  # once per name, where calls of one name nest
             self.ops[op_name].subtree_kernel_ns += dur
 
     def queue_before_window(self, count: int) -> None:
@@ -911,7 +911,8 @@ TRUTH_DEFINITIONS = {
     "steps": "ProfilerStep#N: CPU window of the user_annotation; GPU window of the GPU ops launched in the step",
     "ops.direct_kernel_ns": "sum of durations of GPU ops (kernels, memcpys, memsets) whose launch call's innermost "
                             "enclosing cpu_op is the op",
-    "ops.subtree_kernel_ns": "direct time summed over the op and its descendant cpu_ops, over every instance",
+    "ops.subtree_kernel_ns": "durations of the GPU ops launched anywhere inside a call of the op, each GPU op "
+                             "counted once even where calls of the op nest",
     "ops.gemm_flops": "2*M*N*K (times batch for bmm) of GEMM ops; bias adds not counted",
     "kernels": "every kernel event in the file, including those queued before the window (see queued_before_window)",
     "gpu_timeline": "GPU ops with a launcher; communication = kernels named nccl/rccl, memcpy = memcpy ops, "
