@@ -514,3 +514,11 @@ def test_rank_workbook_sheets_grow_with_names_not_with_the_trace(tmp_path):
     for name in rows[2].keys() - per_step:
         assert rows[8][name] == rows[2][name], name
     assert rows[8]["Critical path"] - rows[2]["Critical path"] == 6
+
+
+def test_a_one_rank_report_runs_no_cross_rank_comparison():
+    """ranks.xlsx needs two ranks: a one-rank report does not compute what only that workbook reads."""
+    only_ranks = set(report.workbook_spec("ranks").queries()) - set(report.workbook_spec("rank").queries())
+    assert "rank_compare" in only_ranks
+    assert not only_ranks & set(report.report_queries(1))
+    assert only_ranks <= set(report.report_queries(2))

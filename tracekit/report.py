@@ -117,9 +117,11 @@ def workbook_specs() -> list[WorkbookSpec]:
     return [workbook_spec(name) for name in WORKBOOKS]
 
 
-def report_queries() -> list[str]:
-    """Every query the workbooks read, in the order they first appear."""
-    return list(dict.fromkeys(q for spec in workbook_specs() for q in spec.queries()))
+def report_queries(rank_count: int | None = None) -> list[str]:
+    """Every query the workbooks read, in the order they first appear; with `rank_count`, only those of the
+    workbooks a report of that many ranks writes (one rank: no ranks.xlsx, so none of its comparisons)."""
+    return list(dict.fromkeys(q for spec in workbook_specs() for q in spec.queries()
+                              if rank_count is None or rank_count >= spec.min_ranks))
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ class Analyses:
 
 def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: tuple[str, ...] = ()) -> Analyses:
     """Run every query the workbooks read (and `extra` ones), each once over all ranks."""
-    names = list(dict.fromkeys(report_queries() + list(extra)))
+    names = list(dict.fromkeys(report_queries(len(tables.rank_list)) + list(extra)))
     failures: dict[str, str] = {}
     done = iter(range(1, len(names) + 1))
     # Every thread DuckDB has: the analyses' aggregates do not depend on the order rows arrive in (queries/_exact.sql),
