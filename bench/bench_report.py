@@ -24,34 +24,28 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tracekit, installed or not
+sys.path.insert(0, str(REPO / "bench"))
+from common import run_fresh  # noqa: E402
 TRACES = {  # trace → TraceLens perf report (seconds, MB), as measured by the brief's author
     "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz": (3.9, 346),
     "nvidia/b200_eager_rank0of8.json.gz": (2.15, 239),
 }
 
 
-def run_fresh(args: list[str]) -> tuple[float, float, float]:
-    """Wall seconds, peak RSS (MB) and CPU seconds (user + system) of one fresh `python -m tracekit.cli ...`."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "tracekit.cli", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"tracekit {' '.join(args)} failed: {proc.stderr.read().decode()}")
-    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+def tracekit_fresh(args: list[str]):
+    """One fresh `python -m tracekit.cli ...` (bench/common.py), any exit but 0 an error."""
+    return run_fresh([sys.executable, "-m", "tracekit.cli", *args], ok_codes=(0,))
 
 
 def end_to_end(trace: Path, repeat: int) -> dict:
     runs = []
     with tempfile.TemporaryDirectory() as out:
         for _ in range(repeat):
-            runs.append(run_fresh(["report", str(trace), "-o", out, "--force"]))
-        import_only = [run_fresh(["--version"]) for _ in range(repeat)]
-    return {"wall": statistics.median(r[0] for r in runs), "rss": statistics.median(r[1] for r in runs),
-            "cpu": statistics.median(r[2] for r in runs), "startup": statistics.median(r[0] for r in import_only),
-            "startup_rss": statistics.median(r[1] for r in import_only)}
+            runs.append(tracekit_fresh(["report", str(trace), "-o", out, "--force"]))
+        import_only = [tracekit_fresh(["--version"]) for _ in range(repeat)]
+    return {"wall": statistics.median(r.wall for r in runs), "rss": statistics.median(r.peak_mb for r in runs),
+            "cpu": statistics.median(r.cpu for r in runs), "startup": statistics.median(r.wall for r in import_only),
+            "startup_rss": statistics.median(r.peak_mb for r in import_only)}
 
 
 def phases(trace: Path) -> dict:

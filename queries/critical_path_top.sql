@@ -4,7 +4,8 @@
 --   rank: rank
 --   name: event name (the 50 longest per rank; "(other events)" sums the rest; "(no event)" is idle time
 --     and host time between top-level events; ProfilerStep#N stands for every step annotation)
---   kind: event kind (cpu_op, kernel, runtime, ...; null for the two summary rows)
+--   kind: event kind (cpu_op, kernel, runtime, ...; null for "(no event)" and "(other events)"); a name of
+--     two kinds (an annotation and an op) is a row for each
 --   category: critical-path category of the time (one name can appear under several: a kernel's own time is
 --     gpu_compute, the gap before it kernel_to_kernel_gap)
 --   time_ms: ms, time on the path, all steps together
@@ -17,14 +18,14 @@
 with by_name as (
     -- ProfilerStep#N are one name: the step annotations' own time
     select rank, regexp_replace(coalesce(name, '(no event)'), '^ProfilerStep#\d+$', 'ProfilerStep#N') as name,
-           any_value(kind) as kind, category,
+           kind, category,
            sum(duration_ns) as time_ns, count(*) as segments, count(distinct event_id) as events,
            count(distinct window_start_ns) as steps
     from critical_path
     group by all
 ),
 ranked as (
-    select *, row_number() over (partition by rank order by time_ns desc, name, category) as place,
+    select *, row_number() over (partition by rank order by time_ns desc, name, kind, category) as place,
            sum(time_ns) over (partition by rank) as path_ns
     from by_name
 ),
@@ -40,4 +41,4 @@ kept as (
 select rank, name, kind, category, time_ns / 1e6 as time_ms, 100.0 * time_ns / nullif(path_ns, 0) as percent,
        segments::bigint as segments, events::bigint as events, steps
 from kept
-order by rank, is_rest, time_ns desc, name, category
+order by rank, is_rest, time_ns desc, name, kind, category
