@@ -62,9 +62,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="analyses to measure (default: all)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from tracekit import analyses
+    from tracekit.engine import catalog
 
-    names = args.only or analyses.available()
+    names = args.only or catalog.available()
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)

@@ -25,8 +25,9 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tracekit  # noqa: E402
-from tracekit import analyses  # noqa: E402
-from tracekit.tables import TraceTables  # noqa: E402
+from tracekit.engine import catalog  # noqa: E402
+from tracekit.engine.tables import TraceTables  # noqa: E402
+from tracekit.query import analyses  # noqa: E402
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
 REAL = ["amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/a100_trainer_rank0of16_cudagraph.json.gz"]
@@ -77,11 +78,11 @@ def bench(label: str, load_s: float, tables: TraceTables, repeats: int) -> dict:
     """Medians over `repeats` of: the shared step (connect + materialize the shared macros), each analysis, and
     all of it together (wall and process CPU seconds; CPU counts every DuckDB thread); and, as a baseline, all of
     it without the shared step (each query recomputing the shared macros)."""
-    per_query: dict[str, list[float]] = {name: [] for name in analyses.available()}
+    per_query: dict[str, list[float]] = {name: [] for name in catalog.available()}
     shared, totals, cpu = [], [], []
     for _ in range(repeats):
         started, cpu_started = time.perf_counter(), time.process_time()
-        with analyses.connect(tables, materialize=True) as con:
+        with catalog.connect(tables, materialize=True) as con:
             shared.append(time.perf_counter() - started)
             for name in per_query:
                 t0 = time.perf_counter()
@@ -92,7 +93,7 @@ def bench(label: str, load_s: float, tables: TraceTables, repeats: int) -> dict:
     unshared = []  # baseline in the same run: every query recomputing the shared macros (no materialize)
     for _ in range(repeats):
         started = time.perf_counter()
-        with analyses.connect(tables) as con:
+        with catalog.connect(tables) as con:
             for name in per_query:
                 analyses.run(tables, name, con)
         unshared.append(time.perf_counter() - started)

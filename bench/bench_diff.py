@@ -31,7 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tracekit  # noqa: E402
-from tracekit import diff, report  # noqa: E402
+import tracekit.inputs  # noqa: E402
+from tracekit import diff
+from tracekit.output import workbooks as report  # noqa: E402
 
 TRACES = Path(os.environ.get("TRACEKIT_TRACES", Path(__file__).resolve().parent.parent.parent / "shared" / "traces"))
 PAIR = TRACES / "diff_pairs" / "resnet50_v100_workers0_vs_workers4"
@@ -70,7 +72,7 @@ def child(variant: str, base: Path, cand: Path) -> dict:
 
 def json_mib(path: Path) -> float:
     """Uncompressed size of the trace files of a run (a file or a directory of ranks)."""
-    files = tracekit.loader.find_trace_files([path])
+    files = tracekit.inputs.find_trace_files([path])
     return sum(len(gzip.decompress(f.read_bytes())) if f.name.endswith(".gz") else f.stat().st_size
                for f in files) / 2**20
 

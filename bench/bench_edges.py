@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import tracekit  # noqa: E402
 from tracekit import synth  # noqa: E402
-from tracekit.loader import is_dataset  # noqa: E402
+from tracekit.pipeline import is_dataset  # noqa: E402
 
 TRACES = REPO.parent / "shared" / "traces"
 LARGEST = "nvidia/a100_trainer_rank0of16_cudagraph.json.gz"  # most `events` rows among the shared traces

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tracekit, installed or not
 sys.path.insert(0, str(REPO / "bench"))
 from common import run_fresh  # noqa: E402
+
 TRACES = {  # trace → TraceLens perf report (seconds, MB), as measured by the brief's author
     "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz": (3.9, 346),
     "nvidia/b200_eager_rank0of8.json.gz": (2.15, 239),
@@ -51,7 +52,7 @@ def end_to_end(trace: Path, repeat: int) -> dict:
 def phases(trace: Path) -> dict:
     """Seconds per phase in this process (imports are already done: see startup in end_to_end)."""
     import tracekit
-    from tracekit import report
+    from tracekit.output import workbooks as report
 
     t0 = time.perf_counter()
     tables = tracekit.load(trace)
@@ -86,9 +87,8 @@ def writer(rows: int) -> dict:
     """tracekit's writer vs xlsxwriter cell by cell, same table, CPU seconds (the machine may be shared)."""
     import xlsxwriter
 
-    from tracekit import report
-    from tracekit.xlsx import Sheet, shape_rows, write_workbook
-
+    from tracekit.output import workbooks as report
+    from tracekit.output.xlsx import Sheet, shape_rows, write_workbook
     frame = large_table(rows)
     block = next(b for s in report.workbook_spec("rank").sheets for b in s.blocks if b.query == "op_by_shape")
     shaped = shape_rows(block, frame)

@@ -28,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import polars as pl  # noqa: E402
 
 import tracekit  # noqa: E402
-from tracekit import diff, synth  # noqa: E402
+from tracekit import (
+    diff,
+    synth,  # noqa: E402
+)
 
 SLOWED_KERNEL = "cunn_SoftMaxForward"
 FACTORS = (1.02, 1.05, 1.10, 1.50)

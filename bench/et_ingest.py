@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import tracekit  # noqa: E402
-from tracekit import et  # noqa: E402
-from tracekit.ingest import parse_file  # noqa: E402
+from tracekit.link import et  # noqa: E402
+from tracekit.read.kineto import parse_file  # noqa: E402
 
 TRACES = REPO.parent / "shared" / "traces"
 PAIRS = {  # name → (Kineto files, ET files)

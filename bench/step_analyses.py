@@ -24,8 +24,10 @@ sys.path.insert(0, str(REPO))
 import polars as pl  # noqa: E402
 
 import tracekit  # noqa: E402
-from tracekit import analyses, synth  # noqa: E402
-from tracekit.tables import TraceTables  # noqa: E402
+from tracekit import synth  # noqa: E402
+from tracekit.engine import catalog
+from tracekit.engine.tables import TraceTables  # noqa: E402
+from tracekit.query import analyses
 
 TRACES = REPO.parent / "shared" / "traces"
 QUERIES = ["steps", "step_stats", "collectives", "collective_skew", "collective_waits", "critical_path",
@@ -80,7 +82,7 @@ def bench(label: str, paths: list[Path], repeat: int, copies: int = 1) -> None:
     events = tables.events.num_rows
     print(f"\n{label}: {events:,} events, {len(tables.rank_list)} rank(s); {what} {load_s:.3f} s")
     print(f"  {'analysis':24} {'median s':>9} {'x load':>7} {'rows':>8}")
-    with analyses.connect(tables) as con:
+    with catalog.connect(tables) as con:
         for name in QUERIES:
             rows = analyses.run(tables, name, con).height
             seconds = median_s(lambda: analyses.run(tables, name, con), repeat)

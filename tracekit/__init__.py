@@ -1,10 +1,12 @@
 """tracekit: PyTorch profiler traces → Arrow tables, SQL analyses, Excel reports and diffs."""
 
-from .database import TraceDatabase, from_tables, open_traces
-from .edges import build_edges
-from .errors import InputError
-from .loader import load, read_dataset, write_dataset
-from .tables import TraceTables
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.link.edges import build_edges
+from tracekit.output.dataset import write_dataset
+from tracekit.pipeline import load
+from tracekit.query.database import TraceDatabase, from_tables, open_traces
+from tracekit.read.dataset import read_dataset
 
 open = open_traces  # tracekit.open(paths): the notebook entry point (shadows the builtin only as tracekit.open)
 

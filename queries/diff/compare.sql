@@ -12,7 +12,7 @@
 --   cand_samples: the candidate's per-step values (never scaled: a step is a step whatever the step count)
 --   direction: +1 larger is slower (times); -1 larger is faster (bandwidth); 0 no verdict (counts)
 --   abs_floor: per-step shifts up to this (in the metric's unit) are never called
--- notes: The verdict is decided from the per-step values by tracekit/verdicts.py (a rank test and the confidence
+-- notes: The verdict is decided from the per-step values by tracekit/diff/verdicts.py (a rank test and the confidence
 --   interval of the per-step shift); this query only matches the keys of the two sides.
 with cand as (
     select m.key, m.rank, m.metric, m.samples,

@@ -1,0 +1,192 @@
+"""Streaming ingest: cutting a file into chunks, exact timestamps, worker processes — checked against whole-file
+decoding (msgspec parsing the document at once), Python's json module and decimal arithmetic."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import zlib
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+import tracekit
+from tests.conftest import shared_trace
+from tests.support import raw_trace
+from tracekit import schema
+from tracekit.read import kineto as ingest
+
+
+def whole_file_tables(path: Path) -> dict[str, pa.Table]:
+    """The tables from decoding the whole document at once (no cutting), ranked as load() ranks a lone file."""
+    parsed = ingest.parse_file(path)
+    trace = ingest.TraceParts(path, {k: bytes(v) for k, v in parsed.top.items()},
+                              ingest.entry_tables(path, parsed.entries, 0))
+    rank, source = ingest.file_rank(path, trace, None)
+    return ingest.rank_tables(trace, 0 if rank is None else rank, "file_order" if rank is None else source).tables
+
+
+def streamed_tables(path: Path, chunk_bytes: int) -> dict[str, pa.Table]:
+    trace = ingest._read_streamed(path, chunk_bytes)  # raises NotStreamable rather than falling back
+    rank, source = ingest.file_rank(path, trace, None)
+    return ingest.rank_tables(trace, 0 if rank is None else rank, "file_order" if rank is None else source).tables
+
+
+def chunk_count(path: Path, chunk_bytes: int) -> int:
+    chunks = ingest.trace_event_chunks(ingest.decompressed_blocks(path, 1 << 16), chunk_bytes)
+    return sum(1 for _ in chunks)
+
+
+def assert_same_tables(a: dict[str, pa.Table], b: dict[str, pa.Table]):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].combine_chunks().equals(b[name].combine_chunks()), name
+
+
+def json_entries(path: Path) -> list:
+    data = path.read_bytes()
+    doc = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    return doc if isinstance(doc, list) else doc["traceEvents"]
+
+
+@pytest.mark.parametrize("relative", [
+    "nvidia/h100_bert-small.json.gz",  # keys after traceEvents, deviceProperties among them (holds ']' and '}, {')
+    "legacy/kineto_cuda_sync_before_fix.json",
+    "nvidia/a100_event_sync.json.gz",
+    "amd/mi250_minitoy_train.json.gz",
+])
+def test_small_chunks_give_the_whole_file_tables(relative):
+    path = shared_trace(relative)
+    chunk_bytes = len(ingest.read_bytes(path)) // 16
+    assert chunk_count(path, chunk_bytes) >= 8
+    assert_same_tables(streamed_tables(path, chunk_bytes), whole_file_tables(path))
+
+
+def test_bare_list_in_chunks(tmp_path):
+    source = json_entries(shared_trace("legacy/resnet50_2020-12_bare_list.pt.trace.json.gz"))[:3000]
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps(source, indent=1) + "\n\n")
+    assert chunk_count(path, 8192) > 20
+    tables = streamed_tables(path, 8192)
+    assert_same_tables(tables, whole_file_tables(path))
+    assert tables["events"].num_rows == sum(1 for e in source if e.get("ph") == "X")
+
+
+def write_trace(path: Path, doc, **dumps) -> Path:
+    text = json.dumps(doc, **dumps).encode()
+    path.write_bytes(gzip.compress(text) if path.name.endswith(".gz") else text)
+    return path
+
+
+def tricky_entries(count: int) -> list:
+    """Entries whose args hold what a naive cutter would take for entry boundaries or for the end of the array."""
+    out = []
+    for i in range(count):
+        out.append({"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 1.5,
+                    "args": {"External id": i,
+                             "nested": [{"name": "looks like an entry", "ph": "X"}, {"ts": 1}, {"args": {}}],
+                             "text": '}, {"ph": "X"}], "traceEvents": [ {', "Input Dims": [[2, 3], []]}})
+        out.append({"ph": "f", "id": i, "pid": 1, "tid": 1, "ts": 1000 + i, "cat": "ac2g", "name": "flow", "bp": "e"})
+    return out
+
+
+@pytest.mark.parametrize("layout", ["compact", "indented", "spaced"])
+def test_tricky_entries_in_chunks(tmp_path, layout):
+    dumps = {"compact": dict(separators=(",", ":")), "indented": dict(indent=2), "spaced": {}}[layout]
+    doc = {"schemaVersion": 1, "note": '"traceEvents": [ {"ph": "X"} ]', "traceEvents": tricky_entries(300),
+           "deviceProperties": [{"id": 0, "name": "GPU ]}"}, {"id": 1, "name": "GPU"}], "trailer": {"x": [1, [2]]}}
+    path = write_trace(tmp_path / "tricky.json.gz", doc, **dumps)
+    tables = tracekit.load(path, edges=False)
+    whole = whole_file_tables(path)
+    assert_same_tables({name: getattr(tables, name) for name in whole}, whole)
+    for chunk_bytes in (512, 4096, 1 << 20):
+        try:
+            streamed = streamed_tables(path, chunk_bytes)
+        except ingest.NotStreamable:  # a cut inside args failed to decode: the whole-file path takes over
+            continue
+        assert_same_tables(streamed, whole)
+    events = tables.polars("events")
+    assert events.height == 300 and tables.flows.num_rows == 300
+    assert events["external_id"].to_list() == list(range(300))
+    assert json.loads(events["args"][7])["nested"][0]["name"] == "looks like an entry"
+    assert json.loads(tables.polars("ranks")["trace_metadata"][0]) == {"note": doc["note"], "trailer": doc["trailer"]}
+    assert tables.polars("ranks")["device_name"][0] == "GPU ]}"
+
+
+def test_multi_member_gzip_and_trailing_whitespace(tmp_path):
+    text = json.dumps({"traceEvents": tricky_entries(200), "baseTimeNanoseconds": 5}).encode() + b"\n  \n"
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(gzip.compress(text[:5000]) + gzip.compress(text[5000:]))
+    assert_same_tables(streamed_tables(path, 2048), whole_file_tables(path))
+    events = tracekit.load(path, edges=False).polars("events")
+    assert events["ts"].to_list()[:2] == [1_000_005, 1_001_005]
+
+
+def test_truncated_gzip_keeps_the_entries_before_the_cut(tmp_path):
+    """Half a gzip file: the entries whose text gunzipped completely are read (tests/test_reliability_ingest.py
+    cuts real traces everywhere)."""
+    entries = tricky_entries(500)
+    data = gzip.compress(json.dumps({"traceEvents": entries}).encode())
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(data[: len(data) // 2])
+    text = zlib.decompressobj(wbits=31).decompress(path.read_bytes())
+    complete = len(raw_trace.complete_entries(text))
+    assert 0 < complete < len(entries)
+    tables = tracekit.load(path, edges=False)
+    assert tables.events.num_rows + tables.flows.num_rows == complete
+    note = tables.polars("diagnostics").filter(pl.col("reason") == "truncated").row(0, named=True)
+    assert note["detail"].startswith(f"truncated at byte {len(text)} (of the decompressed text); {complete} complete")
+
+
+def test_invalid_json_late_in_the_file_is_reported(tmp_path):
+    text = json.dumps({"traceEvents": tricky_entries(2000)})
+    path = tmp_path / "broken.json"
+    path.write_text(text[:-200] + "@@" + text[-198:])
+    with pytest.raises(tracekit.InputError, match="not valid JSON"):
+        tracekit.load(path)
+
+
+def test_duplicate_trace_events_key_keeps_the_last_like_a_json_parser(tmp_path):
+    first = json.dumps({"traceEvents": tricky_entries(50)})[:-1]
+    second = json.dumps(tricky_entries(3))
+    path = tmp_path / "twice.json"
+    path.write_text(f'{first}, "traceEvents": {second}}}')
+    last = json.loads(path.read_text())["traceEvents"]
+    assert tracekit.load(path, edges=False).events.num_rows == sum(1 for e in last if e["ph"] == "X") == 3
+
+
+def exact_ns_oracle(text: str) -> int:
+    """Microseconds text → nanoseconds by decimal arithmetic, rounded half away from zero."""
+    return int((Decimal(text) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def test_microseconds_to_ns_is_exact_against_decimal_arithmetic():
+    rng = random.Random(7)
+    texts = []
+    for _ in range(5000):
+        whole = str(rng.choice([0, 1, 7, 12_345, 1_712_195_495_519_689, 9_000_000_000_000_000]) + rng.randint(0, 999))
+        decimals = rng.choice([0, 0, 1, 2, 3, 3, 3, 4, 6, 9])
+        text = whole + ("." + "".join(rng.choice("0123456789") for _ in range(decimals)) if decimals else "")
+        texts.append(("-" if rng.random() < 0.2 else "") + text)
+    texts += ["1.2345e-05", "2.5E+3", "-7.125e1", "1.0005", "-1.0005", "0.0004999", "-0"]
+    got = ingest.microseconds_to_ns(pa.array(texts, pa.string())).to_pylist()
+    assert got == [exact_ns_oracle(t) for t in texts]
+    assert ingest.microseconds_to_ns(pa.array(['"12"', "null", "true", "[1]", None], pa.string())).null_count == 5
+    mixed = ["10", None, "1.5", '"bad"', "-1.00051", "7", None]  # integers, decimals, and the rare forms together
+    assert ingest.microseconds_to_ns(pa.array(mixed, pa.string())).to_pylist() == [
+        None if t is None or t.startswith('"') else exact_ns_oracle(t) for t in mixed]
+
+
+def test_worker_processes_give_the_same_tables():
+    dlrm = shared_trace("multirank/dlrm_8ranks_v100")
+    in_process = tracekit.load(dlrm, edges=False, workers=1)
+    in_workers = tracekit.load(dlrm, edges=False, workers=2)
+    for name in tracekit.TraceTables.names():  # by key: the Execution Trace stage does not fix its edges' order
+        key = list(schema.TABLES[name].key)
+        assert in_process.polars(name).sort(key, maintain_order=True).equals(
+            in_workers.polars(name).sort(key, maintain_order=True)), name
+    assert in_workers.rank_list == list(range(8))

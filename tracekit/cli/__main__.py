@@ -1,0 +1,5 @@
+"""`python -m tracekit.cli`."""
+
+from tracekit.cli import main
+
+main()

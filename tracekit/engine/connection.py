@@ -1,0 +1,84 @@
+"""The one place DuckDB connections are made: each with a memory limit and a spill folder of its own.
+
+DuckDB's defaults are 80% of RAM and a `.tmp/` folder under the current directory, where a killed run leaves its
+spill files (gigabytes) behind. Here:
+- memory_limit: `TRACEKIT_MEMORY_LIMIT` (DuckDB's syntax: "4GB", "800MB"), else half of physical memory;
+- spill folder: `tracekit-duckdb/PID` under the system's temporary directory (`TMPDIR`), removed when the process
+  exits; folders of processes that no longer run (a crash, a kill -9) are removed by the next connection.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import duckdb
+
+from tracekit.errors import InputError
+
+MEMORY_LIMIT_VARIABLE = "TRACEKIT_MEMORY_LIMIT"
+SPILL_ROOT_NAME = "tracekit-duckdb"
+
+
+def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB connection, bounded in memory and spilling into this process's temporary folder."""
+    config = {"memory_limit": memory_limit(), "temp_directory": str(spill_dir())}
+    if threads:
+        config["threads"] = int(threads)
+    try:
+        con = duckdb.connect(config=config)
+    except duckdb.Error as exc:
+        if os.environ.get(MEMORY_LIMIT_VARIABLE):
+            raise InputError(f"{MEMORY_LIMIT_VARIABLE}={os.environ[MEMORY_LIMIT_VARIABLE]}: not a memory limit "
+                             f"DuckDB accepts ({' '.join(str(exc).split())})") from None
+        raise
+    # DuckDB 2 draws a progress bar on standard output by default: not in a tool whose output is data
+    con.execute("set enable_progress_bar = false")
+    return con
+
+
+def memory_limit() -> str:
+    given = os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip()
+    if given:
+        return given
+    return f"{physical_memory_bytes() // 2 // 2**20}MB"
+
+
+def physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: DuckDB's own default applies to most of it
+        return 8 * 2**30
+
+
+@cache
+def spill_dir() -> Path:
+    """This process's spill folder (made once; removed at exit), after removing those of dead processes."""
+    root = Path(tempfile.gettempdir()) / SPILL_ROOT_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    remove_orphans(root)
+    mine = root / str(os.getpid())
+    shutil.rmtree(mine, ignore_errors=True)  # a dead process's folder under a reused pid
+    mine.mkdir()
+    atexit.register(shutil.rmtree, mine, True)
+    return mine
+
+
+def remove_orphans(root: Path) -> None:
+    for folder in root.iterdir():
+        if folder.name.isdigit() and int(folder.name) != os.getpid() and not process_runs(int(folder.name)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

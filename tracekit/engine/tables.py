@@ -1,0 +1,63 @@
+"""`TraceTables`: the Arrow tables of one or more ranks, and SQL over them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from tracekit import schema
+from tracekit.engine import connection
+
+
+def _empty(name: str):
+    return field(default_factory=lambda: schema.empty(name))
+
+
+@dataclass(frozen=True)
+class TraceTables:
+    """Every table of a trace set. Immutable: stages return new instances (`with_tables`)."""
+
+    events: pa.Table = _empty("events")
+    instants: pa.Table = _empty("instants")
+    flows: pa.Table = _empty("flows")
+    threads: pa.Table = _empty("threads")
+    processes: pa.Table = _empty("processes")
+    ranks: pa.Table = _empty("ranks")
+    diagnostics: pa.Table = _empty("diagnostics")
+    edges: pa.Table = _empty("edges")
+    et_nodes: pa.Table = _empty("et_nodes")
+    et_tensors: pa.Table = _empty("et_tensors")
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def items(self):
+        return ((name, getattr(self, name)) for name in self.names())
+
+    def with_tables(self, **tables: pa.Table) -> TraceTables:
+        return replace(self, **{k: schema.conform(k, v) for k, v in tables.items()})
+
+    def polars(self, name: str) -> pl.DataFrame:
+        return pl.from_arrow(getattr(self, name))
+
+    @property
+    def rank_list(self) -> list[int]:
+        return sorted(self.ranks.column("rank").to_pylist())
+
+    def connect(self, con: duckdb.DuckDBPyConnection | None = None,
+                threads: int | None = None) -> duckdb.DuckDBPyConnection:
+        """An embedded DuckDB connection (`connection.connect`) with every table registered as a view of the same
+        name."""
+        con = con or connection.connect(threads)
+        for name, table in self.items():
+            con.register(name, table)
+        return con
+
+    def sql(self, query: str) -> pl.DataFrame:
+        """Run ad-hoc SQL over the tables; the result as a Polars frame."""
+        with self.connect() as con:
+            return con.sql(query).pl()

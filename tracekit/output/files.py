@@ -1,0 +1,80 @@
+"""Output paths checked against the inputs (an output never overwrites or deletes an input), and one output file
+written safely (tracekit.atomic)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tracekit.errors import InputError
+from tracekit.inputs import TRACE_SUFFIXES, is_dataset, path_kind
+from tracekit.output.atomic import replacing_file
+
+
+def same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links
+    except OSError:
+        return False
+
+
+def is_inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def input_files(inputs: Iterable[str | Path]) -> list[Path]:
+    """The inputs as given, and the trace files directly inside the directories among them."""
+    found: list[Path] = []
+    for p in map(Path, inputs):
+        found.append(p)
+        if path_kind(p) == "dir" and not is_dataset(p):
+            found += [f for f in p.iterdir() if f.name.endswith(TRACE_SUFFIXES)]
+    return found
+
+
+def refuse_input_file(output: Path, inputs: Iterable[str | Path]) -> None:
+    """InputError when writing the file `output` would overwrite an input: one of the input files (or the trace
+    files of an input directory), or anything inside an input dataset."""
+    output = Path(output)
+    for p in input_files(inputs):
+        if same_file(output, p):
+            raise InputError(f"{output}: is an input; write the output elsewhere")
+        if is_dataset(p) and is_inside(output, p):
+            raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
+
+
+def refuse_input_dir(output: Path, inputs: Iterable[str | Path]) -> None:
+    """InputError when replacing the directory `output` would delete an input: `output` is an input, holds one,
+    or lies inside an input dataset."""
+    output = Path(output)
+    for p in input_files(inputs):
+        if same_file(output, p):
+            raise InputError(f"{output}: is an input; write the output elsewhere")
+        if is_inside(p, output):
+            raise InputError(f"{output}: holds the input {p}; write the output elsewhere")
+        if is_dataset(p) and is_inside(output, p):
+            raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
+
+
+def write_output_file(path: str | Path, write: Callable[[Path], object], inputs: Iterable[str | Path] = (),
+                      force: bool = True) -> Path:
+    """Write one output file through `write(temporary_path)`, then rename it to `path`.
+
+    Refused (InputError) when `path` is a directory, its directory does not exist, it would overwrite one of
+    `inputs`, or (without `force`) it exists. A failing `write` leaves no file behind and an existing `path`
+    untouched.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory (give a file name)")
+    if not path.parent.is_dir():
+        raise InputError(f"{path.parent}: no such directory")
+    refuse_input_file(path, inputs)
+    if path.exists() and not force:
+        raise InputError(f"{path}: exists (use --force to replace it)")
+    with replacing_file(path) as temp:
+        write(temp)
+    return path

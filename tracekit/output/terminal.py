@@ -1,0 +1,128 @@
+"""What `tracekit report` prints: a progress bar while it works, then a short summary of the results."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tracekit.output.workbooks import Analyses
+from tracekit.output.workbooks import Progress as ProgressCallback
+
+BREAKDOWN = {"computation": "computation", "exposed_communication": "exposed communication",
+             "exposed_memcpy": "exposed memcpy", "idle": "idle", "total": "GPU window"}
+RANK_ROWS_SHOWN = 8
+QUERIES = ("diagnostics_reasons",)  # run for this summary only
+TOP = 5
+
+
+@contextlib.contextmanager
+def progress_bar(console: Console) -> Iterator[ProgressCallback | None]:
+    """A transient bar on a terminal (nothing when output is piped); yields the callback to advance it."""
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn("{task.description:<40}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("report", total=None)
+
+        def advance(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what)
+
+        yield advance
+
+
+def print_summary(console: Console, done: Analyses, paths: list[Path], problems: list[str]) -> None:
+    results = done.results
+    ranks = list(done.ranks)
+    if paths:
+        console.print(f"[bold]wrote[/] {paths[0].parent}/: " + ", ".join(p.name for p in paths[:6])
+                      + (f", … ({len(paths)} workbooks)" if len(paths) > 6 else ""))
+    timeline = results.get("gpu_timeline")
+    if timeline is not None and timeline.filter(pl.col("time_ms") > 0).height:
+        console.print(breakdown_table(timeline, ranks))
+    else:
+        console.print("No GPU work in the traces (or no GPU op with a launch call).")
+    single = len(ranks) == 1
+    ops = results.get("op_summary" if single else "op_compare")
+    kernels = results.get("kernel_summary" if single else "kernel_compare")
+    if single and kernels is not None:
+        kernels = kernels.with_columns(total_ms=pl.col("total_us") / 1e3)
+    time_column = "direct_kernel_ms" if single else "total_ms"
+    if ops is not None and ops.filter(pl.col(time_column) > 0).height:
+        console.print(top_table("Top ops by kernel time", ops, "name", "direct_kernel_ms", "percent_kernel")
+                      if single else spread_table("Top ops by kernel time (ms), all ranks", ops, "name"))
+    if kernels is not None and kernels.height:
+        console.print(top_table("Top kernels", kernels, "kernel_name", "total_ms", "percent_kernel_time")
+                      if single else spread_table("Top kernels (ms), all ranks", kernels, "kernel_name"))
+    if "diagnostics_reasons" in results and results["diagnostics_reasons"].height:
+        console.print(diagnostics_table(results["diagnostics_reasons"], len(ranks)))
+    for problem in problems:
+        console.print(f"[yellow]note:[/] {problem}", highlight=False)
+
+
+def breakdown_table(timeline: pl.DataFrame, ranks: list[int]) -> Table:
+    shown = ranks[:RANK_ROWS_SHOWN]
+    table = Table(title="GPU time, ms (% of the GPU window)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("rank", justify="right", no_wrap=True)
+    for label in BREAKDOWN.values():
+        table.add_column(label, justify="right")
+    cells = {(r["category"], r["rank"]): r for r in timeline.iter_rows(named=True)}
+    for rank in shown:
+        row = [str(rank)]
+        for category in BREAKDOWN:
+            cell = cells.get((category, rank))
+            row.append("–" if not cell or cell["time_ms"] is None
+                       else f"{cell['time_ms']:,.2f} ({cell['percent'] or 0:.0f}%)")
+        table.add_row(*row)
+    if len(ranks) > len(shown):
+        table.add_row(f"… {len(ranks) - len(shown)} more ranks (ranks.xlsx)", *[""] * len(BREAKDOWN))
+    return table
+
+
+def top_table(title: str, frame: pl.DataFrame, name: str, time_ms: str, percent: str) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=40)
+    table.add_column("category", no_wrap=True, min_width=11)
+    table.add_column("ms", justify="right", no_wrap=True, min_width=9)
+    table.add_column("%", justify="right", no_wrap=True, min_width=5)
+    top = frame.sort([time_ms, name], descending=[True, False], nulls_last=True).head(TOP)
+    for row in top.iter_rows(named=True):
+        table.add_row(row[name], row.get("category") or "", f"{row[time_ms] or 0:,.3f}", f"{row[percent] or 0:.1f}")
+    return table
+
+
+def spread_table(title: str, frame: pl.DataFrame, name: str) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=38)
+    table.add_column("total", justify="right", no_wrap=True)
+    table.add_column("rank min – max", justify="right", no_wrap=True)
+    table.add_column("outlier", justify="right", no_wrap=True)
+    for row in frame.head(TOP).iter_rows(named=True):
+        outlier = row["outlier_rank"]
+        table.add_row(row[name], f"{row['total_ms']:,.3f}", f"{row['min_ms']:,.3f} – {row['max_ms']:,.3f}",
+                      "" if outlier is None else str(outlier))
+    return table
+
+
+def diagnostics_table(reasons: pl.DataFrame, rank_count: int) -> Table:
+    table = Table(title="Diagnostics: not linked or not understood (Diagnostics sheet has the entries)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("stage", no_wrap=True, min_width=6)
+    table.add_column("reason", no_wrap=True, min_width=16)
+    table.add_column("entries", justify="right", no_wrap=True, min_width=7)
+    if rank_count > 1:
+        table.add_column("ranks", justify="right", no_wrap=True, min_width=5)
+    table.add_column("example", overflow="ellipsis", no_wrap=True, max_width=34)
+    for row in reasons.iter_rows(named=True):
+        cells = [row["stage"] or "", row["reason"] or "", f"{row['entries']:,}"]
+        if rank_count > 1:
+            cells.append(str(row["ranks"]) if row["ranks"] else "–")
+        table.add_row(*cells, row["example"] or "")
+    return table

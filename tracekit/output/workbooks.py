@@ -1,0 +1,258 @@
+"""`tracekit report`: one Excel workbook per rank, and one comparing the ranks.
+
+The workbooks are described as data in reports/ (rank.toml, ranks.toml, style.toml): which sheets, which query feeds
+each, columns, headers, formats, charts. This module runs the queries those definitions name (each once, over all
+ranks), cuts the results to each rank and hands them to the generic writer (tracekit/xlsx.py).
+
+A query that does not exist (or fails) does not stop the report: its sheets are left out and the reason is reported
+(returned in `problems`, printed by the CLI).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import polars as pl
+import tomllib
+
+from tracekit.engine.catalog import data_dir
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.output.atomic import created_dir, replacing_files
+from tracekit.output.xlsx import (
+    Block,
+    Chart,
+    Column,
+    MoreColumns,
+    NameRule,
+    NumberFormat,
+    Sheet,
+    Style,
+    shape_rows,
+    write_workbook,
+)
+from tracekit.query import analyses
+
+WORKBOOKS = ("rank", "ranks")  # reports/NAME.toml, in the order they are written
+
+Progress = Callable[[int, int, str], None]  # (done, total, what is happening)
+
+
+def reports_dir() -> Path:
+    return data_dir("reports")
+
+
+@dataclass(frozen=True)
+class SheetSpec:
+    name: str
+    blocks: tuple[Block, ...]
+    split_by: str | None = None  # one sheet per value of this column
+    skip: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkbookSpec:
+    name: str
+    file: str  # file name; "{rank}" is the rank for per-rank workbooks
+    per_rank: bool
+    min_ranks: int
+    sheets: tuple[SheetSpec, ...]
+
+    def queries(self) -> list[str]:
+        return list(dict.fromkeys(b.query for s in self.sheets for b in s.blocks))
+
+    def file_pattern(self) -> re.Pattern:
+        return re.compile(re.escape(self.file).replace(re.escape("{rank}"), r"\d+") + "$")
+
+
+def parse_column(entry) -> Column:
+    if isinstance(entry, str):
+        return Column(entry)
+    return Column(entry["col"], entry.get("header"), entry.get("format"), entry.get("width"), entry.get("bar", False))
+
+
+def parse_block(raw: dict) -> Block:
+    columns = raw.get("columns", "*")
+    chart = raw.get("chart")
+    more = raw.get("more_columns")
+    return Block(
+        query=raw["query"],
+        title=raw.get("title", ""),
+        columns=None if columns == "*" else tuple(parse_column(c) for c in columns),
+        order_by=tuple(raw.get("order_by", ())),
+        where={k: tuple(v) for k, v in raw.get("where", {}).items()},
+        limit=raw.get("limit"),
+        transpose=raw.get("transpose", False),
+        chart=Chart(chart["type"], chart["categories"], tuple(chart["values"]), chart.get("title", ""),
+                    chart.get("x_title", ""), chart.get("y_title", ""), chart.get("stacked", False),
+                    tuple(chart.get("skip", ()))) if chart else None,
+        more_columns=MoreColumns(more["values"], more["labels"], more["header"], more["format"], more.get("mark"))
+        if more else None,
+    )
+
+
+def parse_sheet(raw: dict) -> SheetSpec:
+    blocks = raw.get("blocks") or [raw]
+    return SheetSpec(raw["name"], tuple(parse_block(b) for b in blocks), raw.get("split_by"),
+                     tuple(raw.get("skip", ())), tuple(raw.get("order", ())))
+
+
+@cache
+def workbook_spec(name: str) -> WorkbookSpec:
+    path = reports_dir() / f"{name}.toml"
+    raw = tomllib.loads(path.read_text())
+    try:
+        return WorkbookSpec(name, raw["file"], raw.get("per_rank", False), raw.get("min_ranks", 1),
+                            tuple(parse_sheet(s) for s in raw["sheets"]))
+    except KeyError as exc:
+        raise ValueError(f"{path}: missing key {exc}") from None
+
+
+@cache
+def style() -> Style:
+    raw = tomllib.loads((reports_dir() / "style.toml").read_text())
+    formats = {name: NumberFormat(f.get("excel"), f.get("python"), f.get("scale"), f.get("text", False),
+                                  f.get("one_line", False)) for name, f in raw["formats"].items()}
+    return Style(formats, tuple(NameRule(**r) for r in raw["by_name"]), raw["cells"], raw["widths"],
+                 raw["data_bar"], raw["chart"], raw["significant_digits"])
+
+
+def workbook_specs() -> list[WorkbookSpec]:
+    return [workbook_spec(name) for name in WORKBOOKS]
+
+
+def report_queries(rank_count: int | None = None) -> list[str]:
+    """Every query the workbooks read, in the order they first appear; with `rank_count`, only those of the
+    workbooks a report of that many ranks writes (one rank: no ranks.xlsx, so none of its comparisons)."""
+    return list(dict.fromkeys(q for spec in workbook_specs() for q in spec.queries()
+                              if rank_count is None or rank_count >= spec.min_ranks))
+
+
+@dataclass(frozen=True)
+class Analyses:
+    """The results of the report's queries over all ranks, and why any query gave nothing."""
+    results: dict[str, pl.DataFrame]
+    failures: dict[str, str]
+    ranks: tuple[int, ...]
+
+
+def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: tuple[str, ...] = ()) -> Analyses:
+    """Run every query the workbooks read (and `extra` ones), each once over all ranks."""
+    names = list(dict.fromkeys(report_queries(len(tables.rank_list)) + list(extra)))
+    failures: dict[str, str] = {}
+    done = iter(range(1, len(names) + 1))
+    # Every thread DuckDB has: the analyses' aggregates do not depend on the order rows arrive in (queries/_exact.sql),
+    # and every sort breaks ties, so the same input still gives the same bits (and bytes).
+    results = analyses.run_all(tables, names, failures,
+                               progress=lambda name: progress(next(done), len(names), f"analysis {name}")
+                               if progress else None)
+    return Analyses(results, failures, tuple(tables.rank_list))
+
+
+def split_by_rank(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
+    if "rank" not in frame.columns:
+        return {}
+    return {key[0]: part for key, part in frame.partition_by("rank", as_dict=True, maintain_order=True).items()}
+
+
+def sheets_for(spec: WorkbookSpec, data: dict[str, pl.DataFrame], failures: dict[str, str],
+               problems: list[str]) -> list[Sheet]:
+    """Concrete sheets of one workbook from its query results (already cut to the workbook's rank)."""
+    sheets: list[Sheet] = []
+    for sheet in spec.sheets:
+        for block in sheet.blocks:
+            if block.query in failures:
+                problems.append(f"{spec.name}.toml sheet {sheet.name!r}: left out query {block.query}: "
+                                f"{failures[block.query]}")
+        frames = [(b, data.get(b.query)) for b in sheet.blocks if data.get(b.query) is not None]
+        if sheet.split_by:
+            for value in split_values(sheet, frames):
+                parts = [(b, f.filter(pl.col(sheet.split_by) == value)) for b, f in frames]
+                sheets += non_empty(sheet.name.format(value=value), parts)
+        else:
+            sheets += non_empty(sheet.name, frames)
+    return sheets
+
+
+def split_values(sheet: SheetSpec, frames: list[tuple[Block, pl.DataFrame]]) -> list[str]:
+    present = {v for _, f in frames if sheet.split_by in f.columns for v in f.get_column(sheet.split_by).unique()
+               if v is not None and v not in sheet.skip}
+    known = [v for v in sheet.order if v in present]
+    return known + sorted(present - set(known), key=str)
+
+
+def non_empty(name: str, parts: list[tuple[Block, pl.DataFrame]]) -> list[Sheet]:
+    shaped = tuple((b, shape_rows(b, f)) for b, f in parts)
+    shaped = tuple((b, f) for b, f in shaped if f.height)
+    return [Sheet(name, shaped)] if shaped else []
+
+
+def check_out_dir(out_dir: Path, force: bool) -> None:
+    """Fail early (InputError) when OUT cannot take the workbooks; without `force`, when it already holds some.
+    Creates nothing: OUT is made when the workbooks are written."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a directory")
+    existing = out_dir
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{out_dir}: cannot create directory ({existing} is not a directory)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{existing}: directory is not writable")
+    if out_dir.is_dir():
+        found = existing_workbooks(out_dir)
+        if found and not force:
+            raise InputError(f"{found[0]}: exists (use --force to replace the workbooks in {out_dir})")
+
+
+def existing_workbooks(out_dir: Path) -> list[Path]:
+    patterns = [spec.file_pattern() for spec in workbook_specs()]
+    return sorted(p for p in out_dir.iterdir() if p.is_file() and any(r.match(p.name) for r in patterns))
+
+
+def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, analyses_done: Analyses | None = None,
+                  problems: list[str] | None = None, progress: Progress | None = None) -> list[Path]:
+    """Write rankN.xlsx for every rank and, with several ranks, ranks.xlsx into `out_dir`; return their paths.
+
+    Existing workbooks of a previous report in `out_dir` are replaced only with `force` (those this report does not
+    write again, e.g. rank7.xlsx of an 8-rank run, are removed then, so the folder describes one run).
+    Problems (a query that does not exist yet, a column a query lacks) go to `problems`, or are issued as warnings.
+    """
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir, force)
+    done = analyses_done or run_analyses(tables, progress)
+    notes: list[str] = []
+    ranks = list(done.ranks)
+    jobs = [(spec, rank) for spec in workbook_specs() if len(ranks) >= spec.min_ranks
+            for rank in (ranks if spec.per_rank else [None])]
+    per_rank = {name: split_by_rank(frame) for name, frame in done.results.items()}
+    paths = [out_dir / spec.file.format(rank=rank) for spec, rank in jobs]
+    # All workbooks under temporary names first: a failure leaves the previous report (if any) whole.
+    with created_dir(out_dir), replacing_files(paths) as temporary:
+        for step, ((spec, rank), path, temp) in enumerate(zip(jobs, paths, temporary), 1):
+            if progress:
+                progress(step, len(jobs), f"writing {path.name}")
+            if rank is None:
+                data = done.results
+            else:
+                data = {name: per_rank[name].get(rank, frame.clear()) for name, frame in done.results.items()
+                        if "rank" in frame.columns}
+            notes += write_workbook(temp, sheets_for(spec, data, done.failures, notes), style())
+    written = paths
+    for stale in set(existing_workbooks(out_dir)) - set(written):
+        stale.unlink()
+    notes = list(dict.fromkeys(notes))
+    if problems is not None:
+        problems += notes
+    else:
+        for note in notes:
+            warnings.warn(note, stacklevel=2)
+    return written

@@ -1,0 +1,106 @@
+"""The pipeline's stage order, and its only home: paths → read → link → `TraceTables`.
+
+read (`tracekit.read`: files → Arrow tables per rank) → link (`tracekit.link`: dependency edges, Execution Traces)
+→ query (`tracekit.query`: SQL analyses in DuckDB) → output (`tracekit.output`: workbooks, files, terminal).
+This module runs the first two; the query and output stages take the `TraceTables` it returns.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+
+from tracekit import schema
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.inputs import dataset_input, find_trace_files, refuse_no_events
+from tracekit.link.edges import build_edges
+from tracekit.link.et import attach_execution_traces
+from tracekit.read.dataset import read_dataset
+from tracekit.read.kineto import FileTables, TraceParts, file_rank, rank_tables, read_trace
+
+Progress = Callable[[Path, int], None]  # called after each file with (path, bytes read)
+
+
+def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
+         progress: Progress | None = None, edges: bool = True, workers: int | None = None) -> TraceTables:
+    """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
+    among the files are read and linked to them (tracekit.et).
+
+    `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
+    dependency graph is built too; an ingested dataset already holds it. With `workers` > 1, that many processes
+    read several files at once (like any multiprocessing code, a script using them needs the
+    `if __name__ == "__main__":` guard).
+    """
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if (dataset := dataset_input(paths)) is not None:
+        return read_dataset(dataset)
+    files = find_trace_files(paths)
+    if rank is not None and len(files) > 1:
+        raise InputError(f"--rank {rank}: applies to one trace file, but {len(files)} were given")
+
+    parts: list[FileTables] = []
+    unranked = []
+    claimed: dict[int, Path] = {}
+
+    def add(path: Path, part: FileTables):
+        for r in part.tables["ranks"].column("rank").to_pylist():
+            if r in claimed:
+                raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too (pass one rank's files, or --rank)")
+            claimed[r] = path
+        parts.append(part)
+        if progress:
+            progress(path, path.stat().st_size)
+
+    execution_traces = []
+    for path, trace in zip(files, read_traces(files, workers)):
+        if trace.is_execution_trace:
+            execution_traces.append(path)
+            continue
+        r, source = file_rank(path, trace, rank)
+        if r is None:
+            unranked.append((path, trace))
+            continue
+        add(path, rank_tables(trace, r, source))
+        del trace
+    next_rank = 0
+    for path, trace in unranked:
+        while next_rank in claimed:
+            next_rank += 1
+        add(path, rank_tables(trace, next_rank, "file_order"))
+    tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
+                            for name in TraceTables.names()})
+    # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
+    tables = build_edges(tables) if edges else tables
+    tables = attach_execution_traces(tables, execution_traces)
+    if not tables.diagnostics.num_rows:  # entries that make no row are in diagnostics: none of either is nothing
+        refuse_no_events(tables, files)
+    return tables
+
+
+def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:
+    """Each file read (ranks not applied yet), in order: in this process, or in `workers` processes.
+
+    Not the default: on a 2-core machine, starting workers and pickling their tables back cost more than the
+    parallelism saved, even for 4 files of 100 MB (bench/RESULTS.md).
+    """
+    if workers and workers > 1 and len(files) > 1:
+        return _read_in_processes(files, min(workers, len(files)))
+    return map(read_trace, files)
+
+
+def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
+    # spawn, not fork: forking a process whose Polars/Arrow thread pools are running can deadlock the child
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield from pool.map(read_trace, files)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def concat(name: str, tables: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(tables) if tables else schema.empty(name)

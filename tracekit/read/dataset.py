@@ -1,0 +1,81 @@
+"""An ingested dataset (Parquet partitioned by rank, with a `_tracekit.json` marker) → `TraceTables`, checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from tracekit import schema
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+
+DATASET_MARKER = "_tracekit.json"
+
+
+def check_dataset(path: Path) -> dict:
+    """The dataset's _tracekit.json, checked: InputError when it is not ours or was written with another schema
+    version than this tracekit's."""
+    marker = path / DATASET_MARKER
+    try:
+        manifest = json.loads(marker.read_text())
+    except OSError as exc:
+        raise InputError(f"{marker}: cannot read ({exc.strerror})") from None
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        raise InputError(f"{marker}: not valid JSON (a tracekit dataset marker is)") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "tracekit" \
+            or not isinstance(manifest.get("tables"), dict):
+        raise InputError(f"{marker}: not a tracekit dataset marker (format, schema_version, tables)")
+    version = manifest.get("schema_version", "unknown")
+    if version != schema.SCHEMA_VERSION:
+        advice = ("upgrade tracekit to read it" if isinstance(version, int) and version > schema.SCHEMA_VERSION
+                  else "ingest the traces again with this tracekit (`tracekit ingest TRACES -o DIR --force`)")
+        raise InputError(f"{path}: dataset written with tracekit schema version {version}, this tracekit reads "
+                         f"version {schema.SCHEMA_VERSION}: {advice}")
+    return manifest
+
+
+def dataset_table_files(path: Path, name: str) -> list[Path]:
+    """The Parquet files of table NAME in a dataset (none when the table had no rows)."""
+    return sorted((path / name).glob("rank=*/*.parquet"))
+
+
+def read_dataset(path: Path) -> TraceTables:
+    """The tables of a dataset `write_dataset` wrote; InputError when a file is unreadable or a table does not hold
+    the rows the marker says it does."""
+    path = Path(path)
+    expected = check_dataset(path)["tables"]
+    loaded = {name: read_table(path / name, name) for name in TraceTables.names() if (path / name).is_dir()}
+    check_dataset_rows(path, {name: table.num_rows for name, table in loaded.items()}, expected)
+    return TraceTables(**loaded)
+
+
+def check_dataset_rows(path: Path, rows: dict[str, int], expected: dict) -> None:
+    """InputError when a table does not hold the rows the marker says it does, or the dataset has no events."""
+    for name in TraceTables.names():
+        if rows.get(name, 0) != expected.get(name, 0):
+            raise InputError(f"{path / name}: holds {rows.get(name, 0):,} rows but {DATASET_MARKER} says "
+                             f"{expected.get(name, 0)!r} (the dataset is incomplete or was altered)")
+    if not (rows.get("events") or rows.get("instants") or rows.get("et_nodes")):
+        raise InputError(f"{path}: the dataset holds no trace events")
+
+
+def read_table(table_dir: Path, name: str) -> pa.Table:
+    try:
+        table = ds.dataset(table_dir, format="parquet", partitioning="hive").to_table()
+        return schema.conform(name, table)
+    except (pa.ArrowException, OSError) as exc:
+        for file in sorted(f for f in table_dir.rglob("*") if f.is_file()):
+            try:
+                pq.read_metadata(file)
+            except (pa.ArrowException, OSError) as bad:
+                raise InputError(f"{file}: not a readable Parquet file ({first_line(bad)})") from None
+        raise InputError(f"{table_dir}: cannot read table {name} ({first_line(exc)})") from None
+
+
+def first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
