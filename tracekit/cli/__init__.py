@@ -384,3 +384,8 @@ def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
     with open_database(list(traces)) as db:
         frame = db.query(name, rank=list(only_ranks) or None, step=step)
     emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}")
+
+
+from tracekit.cli.export import register as register_exports  # noqa: E402 (the commands use this module's helpers)
+
+register_exports(main)

@@ -1,0 +1,68 @@
+-- question: Which Chakra ET nodes does each rank's trace make, of what type, and with what timing and attributes?
+-- inputs: events, edges, ranks
+-- columns:
+--   rank: rank
+--   id: node id = events.id of the event the node stands for (unique within the rank)
+--   name: event name
+--   node_type: Chakra NodeType name: COMP_NODE, COMM_COLL_NODE, COMM_SEND_NODE or COMM_RECV_NODE
+--   is_cpu_op: true for host ops, false for GPU ops
+--   start_time_micros: µs, start (epoch), floor of the ns timestamp
+--   duration_micros: µs, duration rounded to the nearest µs
+--   tid: the host thread as an integer (null when the trace's tid is not one, and for GPU ops)
+--   stream: GPU stream (null for host ops)
+--   comm_type: Chakra CollectiveCommType name of a COMM_COLL_NODE (null: not known)
+--   comm_size: bytes, what the collective moves, as collectives.sql counts it (null: not known)
+--   pg_name: process group name of a communication node (null when the trace does not say)
+--   ts: ns, start (epoch), for ordering
+--   end_ns: ns, end
+--   pid: pid as written (host ops)
+--   thread: tid as written (host ops)
+--   device: GPU device (GPU ops)
+--   is_comm: true for NCCL/RCCL kernels (the communication category of gpu_timeline)
+-- notes: Host nodes are the outermost cpu_op, runtime or driver events of each thread (chakra_owners): the ops
+--   nested inside one are part of its duration, so they are folded into it rather than simulated twice. GPU
+--   nodes are every kernel, memcpy and memset. A NCCL/RCCL kernel is a communication node; its type, size and
+--   process group come from collective_kernels() (the kernel's own args, else its launching c10d op or nccl:*
+--   annotation): send → COMM_SEND_NODE, recv → COMM_RECV_NODE, any other known type → COMM_COLL_NODE, where
+--   send_recv (NCCL's SendRecv kernel, how PyTorch runs all_to_all) is ALL_TO_ALL.
+with
+gpu as materialized (
+    select rank, id, name, ts, dur, device, stream, gpu_timeline_category(name, kind) = 'communication' as is_comm
+    from events
+    where kind in ('kernel', 'memcpy', 'memset') and ts is not null
+),
+comm as materialized (
+    select rank, event_id, collective, bytes, process_group from collective_kernels()
+),
+nodes as (
+    select e.rank, e.id, e.name, true as is_cpu_op, e.ts, e.dur, e.pid, e.tid as thread, null::int as device,
+           null::bigint as stream, false as is_comm, null as collective, null::bigint as bytes, null as process_group
+    from events e
+    semi join chakra_owners o on o.rank = e.rank and o.node = e.id
+    union all
+    select g.rank, g.id, g.name, false, g.ts, g.dur, null, null, g.device, g.stream, g.is_comm, c.collective,
+           c.bytes, c.process_group
+    from gpu g
+    left join comm c on c.rank = g.rank and c.event_id = g.id
+)
+select rank, id, name,
+       case when not is_comm then 'COMP_NODE'
+            when collective = 'send' then 'COMM_SEND_NODE'
+            when collective = 'recv' then 'COMM_RECV_NODE'
+            else 'COMM_COLL_NODE' end as node_type,
+       is_cpu_op,
+       ts // 1000 as start_time_micros,
+       (coalesce(dur, 0) + 500) // 1000 as duration_micros,
+       try_cast(thread as bigint) as tid,
+       stream,
+       case collective
+           when 'all_reduce' then 'ALL_REDUCE' when 'reduce' then 'REDUCE' when 'all_gather' then 'ALL_GATHER'
+           when 'gather' then 'GATHER' when 'scatter' then 'SCATTER' when 'broadcast' then 'BROADCAST'
+           when 'all_to_all' then 'ALL_TO_ALL' when 'send_recv' then 'ALL_TO_ALL'
+           when 'reduce_scatter' then 'REDUCE_SCATTER' when 'barrier' then 'BARRIER'
+       end as comm_type,
+       bytes as comm_size,
+       case when is_comm and process_group <> 'unknown' then process_group end as pg_name,
+       ts, ts + coalesce(dur, 0) as end_ns, pid, thread, device, is_comm
+from nodes
+order by rank, ts, id

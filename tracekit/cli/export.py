@@ -1,0 +1,40 @@
+"""`tracekit export chakra` and `tracekit timeline`: the graph for simulators, one timeline for viewers."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from tracekit.cli import load_with_progress, stdout, user_errors
+from tracekit.output.files import refuse_input_dir
+
+
+@click.group(name="export")
+def export_group():
+    """Write the traces in another tool's format."""
+
+
+@export_group.command(name="chakra")
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory for the Chakra ET files, one per rank: NAME.RANK.et (created if missing).")
+@click.option("--prefix", default="tracekit", show_default=True,
+              help="NAME of the files (ASTRA-sim's --workload-configuration is DIR/NAME).")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@user_errors
+def chakra_command(traces, out_dir, prefix, rank):
+    """Write Chakra execution traces (schema 0.0.4) of TRACES, one file per rank, for ASTRA-sim and other
+    simulators."""
+    from tracekit.output.chakra import write_chakra
+    refuse_input_dir(out_dir, traces)
+    tables = load_with_progress(traces, rank)
+    started = time.perf_counter()
+    paths = write_chakra(tables, out_dir, prefix)
+    stdout.print(f"wrote {len(paths)} Chakra ET file{'s' * (len(paths) != 1)} to {out_dir} "
+                 f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(export_group)
