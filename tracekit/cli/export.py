@@ -36,5 +36,32 @@ def chakra_command(traces, out_dir, prefix, rank):
                  f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
 
 
+
+
+@click.command(name="timeline")
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(path_type=Path),
+              help="Chrome-trace JSON to write (FILE.json.gz, or .json uncompressed), for Perfetto UI or "
+                   "chrome://tracing.")
+@click.option("--step", type=int, default=None,
+              help="Only training step N (ProfilerStep#N of each rank; its events as `run --step` selects them).")
+@click.option("--critical-path/--no-critical-path", default=True, show_default=True,
+              help="A 'rank R · critical path' track per rank, with flows along the path.")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@user_errors
+def timeline_command(traces, out_path, step, critical_path, rank):
+    """Write one timeline of every rank of TRACES: a process per rank and device, launch and sync flows, and the
+    critical path."""
+    from tracekit.output.files import refuse_input_file
+    from tracekit.output.timeline import write_timeline
+    refuse_input_file(out_path, traces)
+    tables = load_with_progress(traces, rank)
+    started = time.perf_counter()
+    summary = write_timeline(tables, out_path, step=step, critical_path=critical_path, inputs=traces)
+    stdout.print(f"wrote {out_path}: {summary.slices:,} slices on {summary.tracks:,} tracks, {summary.flows:,} "
+                 f"flows, {summary.path_segments:,} critical-path segments ({time.perf_counter() - started:.1f} s)")
+
+
 def register(main: click.Group) -> None:
     main.add_command(export_group)
+    main.add_command(timeline_command)

@@ -1,0 +1,23 @@
+-- question: Which slices does the critical-path track of the all-ranks timeline hold?
+-- inputs: timeline_path (critical_path rows with the track's pid and tid), $base (ns, the file's base time)
+-- columns:
+--   pid: pid of the rank's critical-path process
+--   tid: tid of its track
+--   body: the slice's JSON members except pid and tid: name = the segment's category (a viewer colours slices by
+--     name, so one colour per category), cname (Chrome's colour for it), ts and dur in µs from the base, args
+--     naming the event, step, position and rank
+-- notes: One slice per segment of critical_path (queries/critical_path.sql): the segments of a window tile it, so
+--   the slices never overlap.
+select pid, tid,
+       '"ph":"X","cat":"critical_path","name":' || to_json(category)
+       || ',"cname":' || to_json(case category
+              when 'gpu_compute' then 'thread_state_running' when 'gpu_communication' then 'rail_animation'
+              when 'gpu_memcpy' then 'rail_load' when 'cpu' then 'thread_state_runnable'
+              when 'launch_overhead' then 'thread_state_iowait' when 'kernel_to_kernel_gap' then 'bad'
+              when 'sync_wait' then 'terrible' else 'grey' end)
+       || ',"ts":' || format('{}.{:03d}', (start_ns - $base) // 1000, (start_ns - $base) % 1000)
+       || ',"dur":' || format('{}.{:03d}', duration_ns // 1000, duration_ns % 1000)
+       || ',"args":' || to_json({'event': name, 'event_id': event_id, 'step': step, 'position': position,
+                                  'rank': rank}) as body
+from timeline_path
+order by rank, start_ns, position

@@ -1,0 +1,60 @@
+-- question: Which slices does the all-ranks timeline show, on which track, and as what Chrome-trace JSON?
+-- inputs: events, threads, $step (null: every event; N: step N's events as step_members() defines them)
+-- columns:
+--   rank: rank
+--   id: events.id
+--   ts: ns, start (epoch)
+--   end_ns: ns, end
+--   process: the viewer's process name: "rank R · CPU" (with the pid where a rank has several) or "rank R · GPU D"
+--   process_order: sort order of the process: ranks in order; in a rank, its CPU processes, then its GPUs
+--   track: the track name: "rank R · CPU · <thread name or tid>", "rank R · GPU D · stream S", "... · sync" for
+--     cuda_sync events, "... · stream S · annotations" for GPU annotations
+--   track_order: sort order of the track in its process
+--   track_key: what tells the tracks of a process apart (two threads may have one name)
+--   nests: true on CPU threads (slices may nest), false on GPU tracks (slices must not overlap)
+--   body: the slice's JSON members except pid and tid: ph X, name, cat, ts and dur in µs from the earliest slice
+--     (exact to the ns as decimal text), args as written in the trace plus "rank"
+--   base_ns: ns, the earliest slice start (the file's baseTimeNanoseconds)
+-- notes: args keep the trace's text and gain "rank", so `tracekit` reads the file back with every event on its
+--   rank (as a TraceFuse-merged file). Events without a timestamp are left out.
+with
+selected as materialized (
+    select e.*, e.kind in ('kernel', 'memcpy', 'memset', 'gpu_annotation', 'sync') as on_gpu
+    from events e
+    where e.ts is not null
+      and ($step is null or (e.rank, e.id) in (select (rank, id) from step_events($step)))
+),
+cpu_pids as (
+    select rank, count(distinct pid) as pids from selected where not on_gpu group by rank
+),
+placed as (
+    select s.rank, s.id, s.ts, s.ts + coalesce(s.dur, 0) as end_ns, s.cat, s.name, s.dur, s.args,
+           case when s.on_gpu then format('rank {} · GPU {}', s.rank, coalesce(s.device::varchar, s.pid))
+                when p.pids > 1 then format('rank {} · CPU · pid {}', s.rank, s.pid)
+                else format('rank {} · CPU', s.rank) end as process,
+           s.rank * 1000 + case when s.on_gpu then 100 else 1 end
+               + dense_rank() over (partition by s.rank, s.on_gpu order by case when s.on_gpu then lpad(coalesce(s.device::varchar, s.pid), 9, '0')
+                                                                     else s.pid end) as process_order,
+           case when s.kind = 'sync' then 'sync'
+                when s.kind = 'gpu_annotation' then format('stream {} · annotations', coalesce(s.stream::varchar, s.tid))
+                when s.on_gpu then format('stream {}', coalesce(s.stream::varchar, s.tid))
+                else coalesce(t.thread_name, format('thread {}', s.tid)) end as track_suffix,
+           case when s.kind = 'sync' then 1e12
+                when s.on_gpu then coalesce(s.stream, try_cast(s.tid as bigint), 0) * 2 + (s.kind = 'gpu_annotation')::int
+                else coalesce(t.sort_index, try_cast(s.tid as bigint), 0) end as track_order,
+           not s.on_gpu as nests,
+           case when s.on_gpu then track_suffix else s.tid end as track_key
+    from selected s
+    left join cpu_pids p on p.rank = s.rank
+    left join threads t on t.rank = s.rank and t.pid = s.pid and t.tid = s.tid and not s.on_gpu
+)
+select rank, id, ts, end_ns, process, process_order, process || ' · ' || track_suffix as track,
+       track_order::bigint as track_order, track_key, nests,
+       '"ph":"X","name":' || to_json(coalesce(name, '')) || coalesce(',"cat":' || to_json(cat), '')
+       || ',"ts":' || format('{}.{:03d}', (ts - base_ns) // 1000, (ts - base_ns) % 1000)
+       || ',"dur":' || format('{}.{:03d}', coalesce(dur, 0) // 1000, coalesce(dur, 0) % 1000)
+       || ',"args":' || case when args is null or regexp_matches(args, '^\s*\{\s*\}\s*$') then format('{{"rank":{}}}', rank)
+                             else regexp_replace(args, '\}\s*$', format(',"rank":{}}}', rank)) end as body,
+       base_ns
+from (select *, min(ts) over () as base_ns from placed)
+order by process_order, track_order, track_key, ts, end_ns desc, id

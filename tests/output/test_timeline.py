@@ -1,0 +1,132 @@
+"""`tracekit timeline`: one Chrome-trace JSON of every rank that viewers show without dropping slices, whose flows
+land inside their slices, and that tracekit reads back with the same events per rank."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import shared_trace
+from tracekit import synth
+from tracekit.cli import main
+from tracekit.engine import catalog
+from tracekit.output.timeline import sub_track_of, write_timeline
+from tracekit.pipeline import load
+
+COMPARED = ["rank", "kind", "name", "ts", "dur", "device", "stream", "correlation", "external_id"]
+
+
+def read(path):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def micros_to_ns(value) -> int:
+    """Exact: the file writes µs with three decimals."""
+    whole, _, frac = repr(value).partition(".")
+    return int(whole) * 1000 + int((frac + "000")[:3]) if frac else int(whole) * 1000
+
+
+def check_file(doc) -> dict:
+    events = doc["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    by_track = defaultdict(list)
+    for e in slices:
+        by_track[e["pid"], e["tid"]].append((micros_to_ns(e["ts"]), micros_to_ns(e["ts"]) + micros_to_ns(e["dur"])))
+    # no two slices of a track overlap unless one holds the other
+    for track, spans in by_track.items():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        for i, (ts, end) in enumerate(spans):
+            for other_ts, other_end in spans[i + 1:]:
+                if other_ts >= end:
+                    break
+                assert other_end <= end, f"slices overlap on track {track}: {(ts, end)} and {(other_ts, other_end)}"
+    # flow ends: pairs with the same (id, cat, name), each inside a slice of its track
+    ends = defaultdict(dict)
+    for e in events:
+        if e["ph"] in ("s", "f"):
+            ends[e["id"], e["cat"], e["name"]][e["ph"]] = e
+    for flow, pair in ends.items():
+        assert set(pair) == {"s", "f"}, f"flow {flow} has one end"
+        for end in pair.values():
+            at = micros_to_ns(end["ts"])
+            assert any(ts <= at <= stop for ts, stop in by_track[end["pid"], end["tid"]]), \
+                f"flow {flow} {end['ph']} end lands in no slice"
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}
+    return {"flows": ends, "names": names, "slices": slices}
+
+
+def same_events(original, round_trip):
+    kinds = ["kernel", "memcpy", "memset", "cpu_op", "runtime"]
+    a = pl.from_arrow(original.events).filter(pl.col("kind").is_in(kinds) & pl.col("ts").is_not_null())
+    b = pl.from_arrow(round_trip.events).filter(pl.col("kind").is_in(kinds))
+    a, b = a.select(COMPARED).sort(COMPARED, nulls_last=True), b.select(COMPARED).sort(COMPARED, nulls_last=True)
+    assert a.height == b.height
+    assert a.equals(b)
+
+
+def test_sub_tracks_keep_nesting_and_split_overlaps():
+    # nests: a child inside; a slice crossing its parent's end goes to a second sub-track
+    assert sub_track_of([(0, 10, True), (2, 5, True), (6, 12, True), (12, 13, True)]) == [0, 0, 1, 0]
+    # GPU: nothing nests, a slice starting at another's end shares its sub-track
+    assert sub_track_of([(0, 10, False), (2, 5, False), (5, 7, False), (10, 11, False)]) == [0, 1, 1, 0]
+
+
+def test_round_trip_synth_all_ranks(tmp_path):
+    synth.generate(tmp_path / "in", ranks=3, steps=2, seed=2)
+    tables = load([tmp_path / "in"])
+    out = tmp_path / "timeline.json.gz"
+    summary = write_timeline(tables, out)
+    doc = check_file(read(out))
+    assert summary.path_segments > 0
+    cats = {flow[1] for flow in doc["flows"]}
+    assert {"launch", "critical_path"} <= cats
+    launches = pl.from_arrow(tables.edges).filter(pl.col("kind") == "launch").height
+    assert sum(1 for flow in doc["flows"] if flow[1] == "launch") == launches
+    assert "rank 2 · GPU 2" in doc["names"].values()  # synth puts rank r on GPU r
+    assert any(name.startswith("rank 1 · GPU 1 · stream ") for name in doc["names"].values())
+    same_events(tables, load([out]))
+
+
+@pytest.mark.parametrize("trace", ["nvidia/b200_eager_rank0of8.json.gz", "nvidia/a100_alexnet_cuda_sync.json.gz"])
+def test_real_single_rank(trace, tmp_path):
+    """B200: 74 kernels overlap on one stream (sub-tracks); AlexNet: cuda_sync edges become flows."""
+    tables = load([shared_trace(trace)])
+    out = tmp_path / "t.json.gz"
+    write_timeline(tables, out)
+    doc = check_file(read(out))
+    syncs = pl.from_arrow(tables.edges).filter(pl.col("kind") == "sync").height
+    assert sum(1 for flow in doc["flows"] if flow[1] == "sync") == syncs
+    same_events(tables, load([out]))
+
+
+def test_dlrm_one_step(tmp_path):
+    tables = load([shared_trace("multirank/dlrm_8ranks_v100")])
+    out = tmp_path / "t.json.gz"
+    write_timeline(tables, out)
+    doc = check_file(read(out))
+    ranks = {name.split(" · ")[0] for name in doc["names"].values()}
+    assert ranks == {f"rank {r}" for r in range(8)}
+    same_events(tables, load([out]))
+
+
+def test_step_and_command(tmp_path):
+    synth.generate(tmp_path / "in", ranks=2, steps=3, seed=1)
+    out = tmp_path / "step.json.gz"
+    result = CliRunner().invoke(main, ["timeline", str(tmp_path / "in"), "-o", str(out), "--step", "1",
+                                       "--no-critical-path"])
+    assert result.exit_code == 0, result.output
+    doc = check_file(read(out))
+    assert not any(flow[1] == "critical_path" for flow in doc["flows"])
+    tables = load([tmp_path / "in"])
+    members = catalog.sql(tables, "select count(*) as n from step_events(1) s join events e using (rank, id) "
+                         "where e.ts is not null")
+    assert len(doc["slices"]) == members["n"][0]
+    result = CliRunner().invoke(main, ["timeline", str(tmp_path / "in"), "-o", str(out), "--step", "99"])
+    assert result.exit_code == 2 and "step 99" in result.output

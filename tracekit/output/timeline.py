@@ -1,0 +1,149 @@
+"""One Chrome-trace JSON of every rank (`tracekit timeline`), for Perfetto UI and chrome://tracing.
+
+Each rank gets a process per CPU pid and per GPU, named "rank R · CPU" / "rank R · GPU D" and sorted by rank;
+CPU threads and GPU streams are tracks named in full ("rank 3 · GPU 0 · stream 7"). Viewers drop or move slices
+that overlap on one track (Perfetto's JSON importer since v51), so a track whose slices overlap is spread over
+sub-tracks ("... · 2"): on CPU threads a slice may nest inside another, on GPU tracks slices must be disjoint.
+Launch and sync edges become flows whose ends sit inside their slices; with the critical path, a
+"rank R · critical path" process holds its segments, and flows follow the path from event to event.
+
+What is shown and how it is written is SQL (queries/export/timeline_*.sql); this module assigns sub-tracks (a
+sweep in time order, which SQL cannot express as a join) and numbers processes, tracks and flows. Other writers
+(a replayed timeline) can call `write_timeline` with their own tables and a `label` added to every process name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+
+from tracekit.engine.catalog import connect, load_query
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.output.files import write_output_file
+from tracekit.query.analyses import run
+
+
+@dataclass(frozen=True)
+class TimelineSummary:
+    path: Path
+    slices: int
+    tracks: int
+    flows: int
+    path_segments: int
+
+
+def sub_track_of(rows: list[tuple[int, int, bool]]) -> list[int]:
+    """The sub-track of each slice of one track, rows (ts, end, nests) in (ts, end desc) order: the first sub-track
+    where the slice starts after everything open has ended, or (where slices nest) fits inside the innermost open
+    slice."""
+    open_ends: list[list[int]] = []
+    placed = []
+    for ts, end, nests in rows:
+        for lane, stack in enumerate(open_ends):
+            while stack and stack[-1] <= ts:
+                stack.pop()
+            if not stack or (nests and end <= stack[-1]):
+                stack.append(end)
+                placed.append(lane)
+                break
+        else:
+            open_ends.append([end])
+            placed.append(len(open_ends) - 1)
+    return placed
+
+
+def metadata_event(kind: str, pid: int, value, tid: int | None = None) -> str:
+    key = "sort_index" if kind.endswith("sort_index") else "name"
+    event = {"ph": "M", "name": kind, "pid": pid, "args": {key: value}}
+    if tid is not None:
+        event["tid"] = tid
+    return json.dumps(event, ensure_ascii=False)
+
+
+def write_timeline(tables: TraceTables, path: str | Path, step: int | None = None, critical_path: bool = True,
+                   label: str | None = None, inputs=()) -> TimelineSummary:
+    """Write the timeline of every rank to `path` (gzip-compressed when it ends in .gz): the events of step N
+    only with `step`, the critical path track unless `critical_path` is false."""
+    suffix = f" · {label}" if label else ""
+    with connect(tables) as con:
+        slices = pl.from_arrow(con.sql(load_query("export/timeline_slices").sql, params={"step": step})
+                               .to_arrow_table())
+        if slices.is_empty():
+            raise InputError(f"no events to show{f' in step {step}' if step is not None else ''}")
+        base = slices["base_ns"][0]
+        # sub-tracks: one sweep per track, in the query's order
+        lanes = []
+        for _, group in slices.group_by(["process_order", "track_order", "track_key"], maintain_order=True):
+            lanes += sub_track_of(list(zip(group["ts"], group["end_ns"], group["nests"])))
+        slices = slices.with_columns(lane=pl.Series(lanes, dtype=pl.Int64))
+        path_rows = pl.DataFrame()
+        if critical_path:
+            path_rows = run(tables, "critical_path", con)
+            if step is not None:
+                path_rows = path_rows.filter(pl.col("step") == step)
+        processes = pl.concat([
+            slices.select("process", "process_order").unique(),
+            pl.DataFrame({"process": [f"rank {r} · critical path" for r in path_rows["rank"].unique().to_list()],
+                          "process_order": [r * 1000 for r in path_rows["rank"].unique().to_list()]},
+                         schema={"process": pl.String, "process_order": pl.Int64}) if critical_path
+            else pl.DataFrame(schema={"process": pl.String, "process_order": pl.Int64}),
+        ], how="vertical_relaxed").sort("process_order", "process").with_row_index("pid", offset=1)
+        slices = slices.join(processes.select("process", "pid"), on="process")
+        tracks = (slices.select("pid", "track_key", "track", "track_order", "lane").unique(["pid", "track_key", "lane"])
+                  .sort("pid", "track_order", "track_key", "lane")
+                  .with_columns(tid=pl.int_range(1, pl.len() + 1).over("pid").cast(pl.Int64)))
+        slices = slices.join(tracks.select("pid", "track_key", "lane", "tid"), on=["pid", "track_key", "lane"])
+        con.register("timeline_slices", slices.select("rank", "id", "pid", "tid", "ts", "end_ns").to_arrow())
+        if critical_path:
+            path_rows = path_rows.join(
+                processes.select(pl.col("process"), pl.col("pid")),
+                left_on=pl.format("rank {} · critical path", "rank"), right_on="process", how="left"
+            ).with_columns(tid=pl.lit(1, pl.Int64))
+            con.register("timeline_path", path_rows.to_arrow())
+        else:
+            con.register("timeline_path", pa.table({"rank": pa.array([], pa.int32()), "step": pa.array([], pa.int64()),
+                                                    "position": pa.array([], pa.int64()),
+                                                    "event_id": pa.array([], pa.int64())}))
+        flows = pl.from_arrow(con.sql(load_query("export/timeline_flows").sql, params={"base": base})
+                              .to_arrow_table())
+        path_slices = (pl.from_arrow(con.sql(load_query("export/timeline_path").sql, params={"base": base})
+                                     .to_arrow_table()) if critical_path and not path_rows.is_empty() else None)
+
+    def lines():
+        for pid, process, order in processes.select("pid", "process", "process_order").iter_rows():
+            yield metadata_event("process_name", pid, process + suffix)
+            yield metadata_event("process_sort_index", pid, order)
+        for pid, track, lane, tid in tracks.select("pid", "track", "lane", "tid").iter_rows():
+            yield metadata_event("thread_name", pid, track + suffix + (f" · {lane + 1}" if lane else ""), tid)
+            yield metadata_event("thread_sort_index", pid, tid, tid)
+        if critical_path:
+            for pid, process in processes.filter(pl.col("process").str.ends_with("critical path"))\
+                    .select("pid", "process").iter_rows():
+                yield metadata_event("thread_name", pid, process + suffix, 1)
+        for pid, tid, body in slices.select("pid", "tid", "body").iter_rows():
+            yield f'{{"pid":{pid},"tid":{tid},{body}}}'
+        if path_slices is not None:
+            for pid, tid, body in path_slices.iter_rows():
+                yield f'{{"pid":{pid},"tid":{tid},{body}}}'
+        for flow_id, (cat, src_pid, src_tid, src_ts, dst_pid, dst_tid, dst_ts) in enumerate(flows.iter_rows(), 1):
+            common = f'"id":{flow_id},"cat":"{cat}","name":"{cat}"'
+            yield f'{{"ph":"s",{common},"pid":{src_pid},"tid":{src_tid},"ts":{src_ts}}}'
+            yield f'{{"ph":"f","bp":"e",{common},"pid":{dst_pid},"tid":{dst_tid},"ts":{dst_ts}}}'
+
+    def write(temp: Path) -> None:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(temp, "wt", encoding="utf-8") as out:
+            out.write('{"traceEvents":[\n')
+            for i, line in enumerate(lines()):
+                out.write((",\n" if i else "") + line)
+            out.write(f'\n],"displayTimeUnit":"ns","baseTimeNanoseconds":{base}}}\n')
+
+    write_output_file(path, write, inputs)
+    return TimelineSummary(Path(path), slices.height, tracks.height, flows.height,
+                           0 if path_slices is None else path_slices.height)
