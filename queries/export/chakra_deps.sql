@@ -25,22 +25,32 @@ node_of as materialized (
     union all
     select rank, id, id from chakra_nodes where not is_cpu_op
 ),
-launched as materialized (
-    select g.rank, g.id, coalesce(g.device, -1) as device, g.stream, g.is_comm, c.ts as call_ts, o.node as call_node
-    from edges l
+-- Each join below is between two relations, in a materialized CTE of its own: left to the join-order
+-- optimizer, DuckDB 2.0.1 paired nodes by rank alone first (24M rows on a 12k-event trace, 18 s).
+launch_gpu as materialized (
+    select l.rank, l.src, g.id, coalesce(g.device, -1) as device, g.stream, g.is_comm
+    from (select rank, src, dst from edges where kind = 'launch') l
     join chakra_nodes g on g.rank = l.rank and g.id = l.dst
-    join events c on c.rank = l.rank and c.id = l.src
-    join node_of o on o.rank = l.rank and o.id = l.src
-    where l.kind = 'launch'
 ),
-host_waits as (
-    select s.rank, s.src as gpu, w.id as waiter, w.ts as waiter_ts, w.pid, w.thread, g.ts as gpu_ts,
-           g.end_ns as gpu_end
-    from edges s
+launch_call as materialized (
+    select x.*, c.ts as call_ts from launch_gpu x join events c on c.rank = x.rank and c.id = x.src
+),
+launched as materialized (
+    select x.rank, x.id, x.device, x.stream, x.is_comm, x.call_ts, o.node as call_node
+    from launch_call x join node_of o on o.rank = x.rank and o.id = x.src
+),
+sync_waiter as materialized (
+    select s.rank, s.src as gpu, o.node as waiter
+    from (select rank, src, dst from edges where kind = 'sync') s
     join node_of o on o.rank = s.rank and o.id = s.dst
-    join chakra_nodes w on w.rank = o.rank and w.id = o.node and w.is_cpu_op
-    join chakra_nodes g on g.rank = s.rank and g.id = s.src
-    where s.kind = 'sync'
+),
+sync_host_waiter as materialized (
+    select x.rank, x.gpu, x.waiter, w.ts as waiter_ts, w.pid, w.thread
+    from sync_waiter x join chakra_nodes w on w.rank = x.rank and w.id = x.waiter and w.is_cpu_op
+),
+host_waits as materialized (
+    select x.*, g.ts as gpu_ts, g.end_ns as gpu_end
+    from sync_host_waiter x join chakra_nodes g on g.rank = x.rank and g.id = x.gpu
 ),
 host_nodes as (
     select rank, coalesce(pid, '') as pid, coalesce(thread, '') as thread, ts, id from chakra_nodes where is_cpu_op
@@ -48,7 +58,22 @@ host_nodes as (
 compute_streams as (
     select distinct rank, device, stream from launched where not is_comm
 ),
-candidates as (
+et_data_src as materialized (
+    select d.rank, sn.event_id as src_event, d.dst
+    from (select rank, src, dst from edges where kind = 'et_data') d
+    join et_nodes sn on sn.rank = d.rank and sn.id = d.src
+),
+et_data_src_node as materialized (
+    select x.rank, o.node as src, x.dst from et_data_src x join node_of o on o.rank = x.rank and o.id = x.src_event
+),
+et_data_dst as materialized (
+    select x.rank, x.src, dn.event_id as dst_event
+    from et_data_src_node x join et_nodes dn on dn.rank = x.rank and dn.id = x.dst
+),
+et_data_nodes as materialized (
+    select x.rank, x.src, o.node as dst from et_data_dst x join node_of o on o.rank = x.rank and o.id = x.dst_event
+),
+candidates as materialized (
     select rank, call_node as src, id as dst, 'ctrl' as dep, 'launch' as reason, 1 as priority from launched
     union all
     select rank, src, dst, 'ctrl', 'stream', 2 from edges where kind = 'stream'
@@ -78,19 +103,18 @@ candidates as (
     asof join (select rank, device, stream, call_ts, id from launched where not is_comm) p
         on p.rank = c.rank and p.device = c.device and p.stream = c.stream and p.call_ts < c.call_ts
     union all
-    select d.rank, src_owner.node, dst_owner.node, 'data', 'et_data', 6
-    from edges d
-    join et_nodes sn on sn.rank = d.rank and sn.id = d.src
-    join node_of src_owner on src_owner.rank = sn.rank and src_owner.id = sn.event_id
-    join et_nodes dn on dn.rank = d.rank and dn.id = d.dst
-    join node_of dst_owner on dst_owner.rank = dn.rank and dst_owner.id = dn.event_id
-    where d.kind = 'et_data'
+    select rank, src, dst, 'data', 'et_data', 6 from et_data_nodes
+),
+with_src as materialized (
+    select c.*, s.ts as src_ts
+    from candidates c join chakra_nodes s on s.rank = c.rank and s.id = c.src
+    where c.src <> c.dst
+),
+with_both as materialized (
+    select c.*, d.ts as dst_ts from with_src c join chakra_nodes d on d.rank = c.rank and d.id = c.dst
 )
-select c.rank, c.src, c.dst, c.dep, arg_min(c.reason, c.priority) as reason,
-       any_value(s.ts < d.ts or (s.ts = d.ts and s.id < d.id)) as forward
-from candidates c
-join chakra_nodes s on s.rank = c.rank and s.id = c.src
-join chakra_nodes d on d.rank = c.rank and d.id = c.dst
-where c.src <> c.dst
-group by c.rank, c.src, c.dst, c.dep
-order by c.rank, c.dst, c.dep, c.src
+select rank, src, dst, dep, arg_min(reason, priority) as reason,
+       any_value(src_ts < dst_ts or (src_ts = dst_ts and src < dst)) as forward
+from with_both
+group by rank, src, dst, dep
+order by rank, dst, dep, src
