@@ -384,3 +384,7 @@ def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
     with open_database(list(traces)) as db:
         frame = db.query(name, rank=list(only_ranks) or None, step=step)
     emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}")
+
+
+from tracekit.cli.replay import register as register_replay  # noqa: E402  (needs main, defined above)
+register_replay(main)
