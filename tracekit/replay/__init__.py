@@ -17,7 +17,7 @@ from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.query.analyses import run as run_analysis
-from tracekit.replay.graph import build
+from tracekit.replay.graph import build, inside_selection
 from tracekit.replay.solve import solve
 
 SELECTORS = ("kernel", "op", "category", "cpu")
@@ -80,11 +80,17 @@ def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.Da
                    .with_columns(pl.col("src_row", "dst_row").cast(pl.Int64)))
     n = nodes.height
     own = {part: np.ones(n) for part in ("gpu", "cpu", "launch")}
+    parent_row = nodes["parent_row"].to_numpy()
     for frame in selected:
+        # A selector applies once to an event, however many of its ancestors it also picked (aten::to in aten::to).
         picked = frame.join(keys, on=["rank", "id"])
+        factor = frame["factor"][0] if frame.height else 1.0
         for part, targets in (("gpu", ("gpu",)), ("cpu", ("cpu", "op")), ("launch", ("op",))):
-            rows = picked.filter(pl.col("part").is_in(targets))
-            np.multiply.at(own[part], rows["row"].to_numpy(), rows["factor"].to_numpy())
+            inside = np.zeros(n, dtype=bool)
+            inside[picked.filter(pl.col("part").is_in(targets))["row"].to_numpy()] = True
+            if part != "gpu":
+                inside = inside_selection(inside, parent_row)
+            own[part] = np.where(inside, own[part] * factor, own[part])
     chains, cons, measured = build(nodes, constraints, own["cpu"], own["gpu"], own["launch"])
     times, passes = solve(chains, cons, measured)
     result = nodes.select("rank", "id").with_columns(ts=pl.Series(times[0::2]),

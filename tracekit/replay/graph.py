@@ -27,12 +27,12 @@ def tree_walk(parent: np.ndarray):
         nodes, ancestor = nodes[keep], up[keep]
 
 
-def inherited_product(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """own[i] times own of every ancestor of i."""
-    result = own.copy()
+def inside_selection(picked: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """True for every picked event and every event below one."""
+    inside = picked.copy()
     for nodes, ancestor in tree_walk(parent):
-        result[nodes] *= own[ancestor]
-    return result
+        inside[nodes] |= picked[ancestor]
+    return inside
 
 
 def host_chains(nodes: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -80,8 +80,8 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, host_factor: np.ndarra
     """Chains, constraints and measured point times for `nodes` (replay/nodes.sql, with `parent_row`) and
     `constraints` (replay/constraints.sql, with `src_row`, `dst_row`).
 
-    host_factor: own factor on a host event's time (cpu and op selections); launch_factor: own factor a host event
-    passes to the GPU work launched below it (op selections); gpu_factor: own factor on a GPU op's duration."""
+    host_factor: factor on a host event's own time (from the cpu and op selections it lies in); launch_factor: factor
+    on the GPU work a host call launched (op selections); gpu_factor: factor on a GPU op's duration."""
     n = len(nodes)
     big = np.iinfo(np.int64).max
     parent_row = nodes["parent_row"].to_numpy()
@@ -127,7 +127,7 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, host_factor: np.ndarra
 
     # Host deltas: scaled by the innermost open event's factor; a start whose cross constraint binds does not also
     # wait out its thread's gap; a sync call's own time excludes its wait.
-    host_scale = inherited_product(host_factor, parent_row)
+    host_scale = host_factor
     h_event = h_point // 2
     h_delta = h_delta - np.where(previous_is_own_start(h_point), waited[h_event], 0)
     h_delta = np.where(h_start & ~chain_binds[h_event], np.minimum(h_delta, 0), h_delta)
@@ -137,7 +137,7 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, host_factor: np.ndarra
     # GPU deltas: the gap before an op only where the stream was what it waited for; its duration scaled by its own
     # selections and those of the ops that launched it.
     gpu_scale = gpu_factor.copy()
-    gpu_scale[dst[launch]] *= inherited_product(launch_factor, parent_row)[src[launch]]
+    gpu_scale[dst[launch]] *= launch_factor[src[launch]]
     g_start_delta = np.where(chain_binds[g_rows], g_gap, np.minimum(g_gap, 0))
     g_end_delta = np.round((end[g_rows] - ts[g_rows]) * gpu_scale[g_rows]).astype(np.int64)
     g_point = np.stack([2 * g_rows, 2 * g_rows + 1], axis=1).ravel()
