@@ -23,7 +23,7 @@ LAYERS = {
     "tracekit.pipeline": 5,
     "tracekit.query": 6,
     "tracekit.output": 7,
-    "tracekit.diff": 8, "tracekit.synth": 8,
+    "tracekit.diff": 8, "tracekit.synth": 8, "tracekit.replay": 8,
     "tracekit.cli": 9,
     # the public API and the import paths kept for one release
     "tracekit": 10, "tracekit.analyses": 10, "tracekit.report": 10,

@@ -386,6 +386,9 @@ def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
     emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}")
 
 
-from tracekit.cli.export import register as register_exports  # noqa: E402 (the commands use this module's helpers)
+# Commands in their own modules, registered on `main` (they use this module's helpers, defined above).
+from tracekit.cli.export import register as register_exports  # noqa: E402
+from tracekit.cli.replay import register as register_replay  # noqa: E402
 
 register_exports(main)
+register_replay(main)

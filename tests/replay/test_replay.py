@@ -1,0 +1,154 @@
+"""Replay against times worked out by hand and against measured captures (synth ground truth, real traces)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from tests.conftest import shared_trace
+from tracekit.errors import InputError
+from tracekit.pipeline import load
+from tracekit.replay import Selector, parse_scale, replay
+
+HOST, GPU = {"pid": 1, "tid": 1}, {"pid": 0, "tid": 7}
+
+
+def x(cat, name, ts, dur, where, **args):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, **where, "args": args}
+
+
+# One step (µs): aten::mm launches gemm (lag 5 after its launch call: the GPU waited for the launch), aten::add
+# launches add_kernel (launched at 40, but the stream is busy until 65: it starts 1 µs after gemm), then
+# cudaDeviceSynchronize from 50 waits for the GPU (done at 76) and returns 4 µs later; the step ends 20 µs after.
+STEP_TRACE = {"traceEvents": [
+    x("user_annotation", "ProfilerStep#1", 0, 100, HOST),
+    x("cpu_op", "aten::mm", 10, 20, HOST),
+    x("cuda_runtime", "cudaLaunchKernel", 15, 5, HOST, correlation=1),
+    x("cpu_op", "aten::add", 35, 10, HOST),
+    x("cuda_runtime", "cudaLaunchKernel", 37, 3, HOST, correlation=2),
+    x("cuda_runtime", "cudaDeviceSynchronize", 50, 30, HOST, correlation=3),
+    x("kernel", "gemm_kernel", 25, 40, GPU, correlation=1, stream=7, device=0),
+    x("kernel", "add_kernel", 66, 10, GPU, correlation=2, stream=7, device=0),
+    x("cuda_sync", "Context Sync", 51, 28, {"pid": 0, "tid": -1}, correlation=3, device=0, stream=-1,
+      cuda_sync_kind="Context Sync"),
+]}
+
+
+@pytest.fixture(scope="module")
+def step_tables(tmp_path_factory):
+    path = tmp_path_factory.mktemp("replay") / "step.json"
+    path.write_text(json.dumps(STEP_TRACE))
+    return load(path)
+
+
+def step_ms(tables, **what_if) -> float:
+    rows = replay(tables, **what_if)
+    assert rows.height == 1
+    return rows["predicted_ms"][0]
+
+
+def test_unchanged_graph_replays_to_the_measured_step(step_tables):
+    rows = replay(step_tables)
+    assert rows.select("rank", "step", "measured_ms", "predicted_ms").row(0) == (0, 1, 0.1, 0.1)
+    assert rows["error_percent"][0] == 0
+    # busy: gemm 25-65 and add 66-76 inside the step window
+    assert rows["busy_ms"][0] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(("what_if", "expected_us"), [
+    # gemm 25-105; add waits for the stream: 106-116; the sync returns 4 µs after it: 120; step end 140
+    ({"scale": {"kernel:gemm": 2}}, 140),
+    # gemm 25-45; add: stream free at 46, launch at 40 + 5 (the rank's launch latency): 46-56; sync 60; end 80
+    ({"scale": {"kernel:GEMM": 0.5}}, 80),
+    # aten::add takes no CPU time and its kernel no GPU time: the sync starts at 40 and waits for the GPU
+    # (gemm ends 65, add 66-66): returns at 70, step end 90
+    ({"remove": ["op:aten::add"]}, 90),
+    # its CPU time alone: the GPU is still busy until 76, the step still ends at 100
+    ({"remove": ["cpu:aten::add"]}, 100),
+    # the CPU time of mm (10-30) gone, its launch call with it (ends at 10): gemm 15-55 (lag 5 kept, it waited
+    # for its launch); add at 15-25, launched 17-20: add_kernel 56-66; the sync starts 30, returns 70; end 90
+    ({"remove": ["cpu:aten::mm"]}, 90),
+    # category computation: both kernels x2: gemm 25-105, add 106-126, sync 130, end 150
+    ({"scale": {"category:computation": 2}}, 150),
+])
+def test_what_ifs_match_the_times_worked_out_by_hand(step_tables, what_if, expected_us):
+    assert step_ms(step_tables, **what_if) == pytest.approx(expected_us / 1000)
+
+
+def test_removing_a_critical_op_shortens_the_step_by_no_more_than_its_time(step_tables):
+    measured = replay(step_tables)["measured_ms"][0]
+    for op, cpu_us, gpu_us in (("aten::add", 10, 10), ("aten::mm", 20, 40)):
+        after = step_ms(step_tables, remove=[f"op:{op}"])
+        assert measured - (cpu_us + gpu_us) / 1000 <= after < measured
+
+
+def test_scaling_every_duration_and_gap_by_two_doubles_a_step_without_idle_time(tmp_path):
+    # back-to-back work: a step whose time is all inside events (no gaps, no launch or sync latency)
+    trace = {"traceEvents": [
+        x("user_annotation", "ProfilerStep#3", 0, 60, HOST),
+        x("cpu_op", "aten::relu", 0, 20, HOST),
+        x("cpu_op", "aten::mul", 20, 40, HOST),
+    ]}
+    path = tmp_path / "flat.json"
+    path.write_text(json.dumps(trace))
+    assert step_ms(load(path), scale={"cpu:": 2, "kernel:": 2}) == pytest.approx(0.120)
+
+
+def test_bad_selectors_are_user_errors():
+    with pytest.raises(InputError):
+        Selector.parse("kernels:gemm")
+    with pytest.raises(InputError):
+        parse_scale("kernel:gemm=-1")
+    assert parse_scale("op:a=b=1.5") == (Selector("op", "a=b"), 1.5)
+
+
+def synth(out, *args):
+    subprocess.run([sys.executable, "-m", "tracekit.cli", "synth", "-o", str(out), "--steps", "3", *args], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+@pytest.mark.parametrize(("ranks", "slow", "scale"), [
+    (1, "gemm=1.5", {"kernel:gemm": 1.5}),
+    pytest.param(2, "nccl=0.5", {"category:communication": 0.5}, marks=pytest.mark.xfail(
+        strict=True, reason="collectives are not coupled across ranks yet: the scaled NCCL kernel's wait for the "
+                            "other rank is halved too (predicted 4.5-5.3% short; docs/replay.md)")),
+])
+def test_a_scaled_replay_predicts_the_synth_capture_of_the_change(tmp_path, ranks, slow, scale):
+    base = synth(tmp_path / "base", "--ranks", str(ranks), "--noise", "0.05")
+    truth = synth(tmp_path / "slow", "--ranks", str(ranks), "--noise", "0.05", "--slow-kernel", slow)
+    predicted = replay(load(base), scale=scale)
+    measured = replay(load(truth)).select("rank", "step", pl.col("measured_ms").alias("truth_ms"))
+    joined = predicted.join(measured, on=["rank", "step"])
+    assert joined.height == 3 * ranks
+    assert ((joined["predicted_ms"] / joined["truth_ms"] - 1).abs() <= 0.03).all(), joined
+
+
+def test_cli_prints_one_row_per_step(tmp_path):
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(STEP_TRACE))
+    out = subprocess.run([sys.executable, "-m", "tracekit.cli", "replay", str(path), "--scale", "kernel:gemm=2",
+                          "--format", "csv"], capture_output=True, text=True, check=True).stdout
+    header, row = out.strip().splitlines()
+    assert header.startswith("rank,step,measured_ms,predicted_ms,error_percent")
+    assert row.startswith("0,1,0.1,0.14,")
+    bad = subprocess.run([sys.executable, "-m", "tracekit.cli", "replay", str(path), "--remove", "gemm"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.xfail(strict=True, reason="workers4's steps without their DataLoader time are 31% slower than "
+                                        "workers0's (4 worker processes running beside the main thread): a replay "
+                                        "of workers0 cannot know that; predicted -24.5% (docs/replay.md)")
+def test_removing_the_dataloader_predicts_the_worker_processes_run():
+    pair = shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4")
+    predicted = replay(load(pair / "workers0.pt.trace.json.gz"), remove=["op:enumerate(DataLoader)"])
+    measured = replay(load(pair / "workers4.pt.trace.json.gz"))
+    before, after, truth = (predicted["measured_ms"].mean(), predicted["predicted_ms"].mean(),
+                            measured["measured_ms"].mean())
+    # The what-if moves the prediction most of the way from workers0 to workers4 (see docs/replay.md for the error).
+    assert abs(after - truth) < 0.5 * abs(before - truth)

@@ -1,0 +1,41 @@
+"""`tracekit replay`: re-time a trace's dependency graph, with what-ifs, and compare each step with its measurement."""
+
+from __future__ import annotations
+
+import click
+
+from tracekit import replay as replaying
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+
+
+def register(main: click.Group) -> None:
+    from tracekit.cli import check_output, emit, open_database, user_errors
+
+    @main.command(name="replay")
+    @click.argument("traces", nargs=-1, required=True)
+    @click.option("--scale", "scales", multiple=True, metavar="SELECTOR=FACTOR",
+                  help="Multiply the time of the selection by FACTOR (repeatable). SELECTOR: kernel:PATTERN (GPU ops "
+                       "whose name contains PATTERN), op:PATTERN (a CPU op with the GPU work it launched), "
+                       "category:NAME (computation, communication, memcpy, or an op category such as GEMM), "
+                       "cpu:PATTERN (host time alone).")
+    @click.option("--remove", "removes", multiple=True, metavar="SELECTOR",
+                  help="Take the selection's own time out, keeping its dependencies (repeatable).")
+    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
+                  help="table (default), csv or json.")
+    @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
+    @user_errors
+    def replay_command(traces, scales, removes, fmt, max_rows):
+        """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
+        the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
+        graph as measured. Writing the replayed timeline (-o) is not implemented yet."""
+        scale = [replaying.parse_scale(text) for text in scales]
+        remove = [replaying.Selector.parse(text) for text in removes]
+        check_output(fmt, None, traces)
+        with open_database(list(traces)) as db:
+            tables = TraceTables(**{name: db.arrow(name) for name in TraceTables.names()})
+        if not tables.events.num_rows:
+            raise InputError(f"{', '.join(traces)}: no events to replay")
+        emit(replaying.replay(tables, scale=scale, remove=remove), fmt, None, max_rows, traces,
+             title="replay: measured and predicted step time")
+

@@ -1,0 +1,137 @@
+"""Replay and what-if: re-time the dependency graph (events + edges) and compare each step with its measurement.
+
+`replay(tables, scale=..., remove=...)` returns one row per rank and step (a rank without ProfilerSteps: one
+window) with the measured and predicted duration, and the predicted step's GPU-time breakdown. What is modelled
+and what is not: docs/replay.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from tracekit.engine import catalog
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.query.analyses import run as run_analysis
+from tracekit.replay.graph import build, inside_selection
+from tracekit.replay.solve import solve
+
+SELECTORS = ("kernel", "op", "category", "cpu")
+BREAKDOWN = ("busy_ms", "idle_ms", "computation_ms", "communication_ms", "exposed_communication_ms", "memcpy_ms")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """kernel:PATTERN, op:PATTERN, category:NAME or cpu:PATTERN (see queries/replay/selected.sql); an empty
+    PATTERN picks every GPU op (kernel:), op or host event (cpu:)."""
+
+    kind: str
+    pattern: str
+
+    @classmethod
+    def parse(cls, text: str) -> Selector:
+        kind, sep, pattern = text.partition(":")
+        if not sep or kind not in SELECTORS or (kind == "category" and not pattern):
+            raise InputError(f"{text!r}: a selector is one of {', '.join(k + ':PATTERN' for k in SELECTORS)}")
+        return cls(kind, pattern)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.pattern}"
+
+
+def parse_scale(text: str) -> tuple[Selector, float]:
+    """SELECTOR=FACTOR (the last '=' splits: a pattern may hold '=')."""
+    selector, sep, factor = text.rpartition("=")
+    try:
+        value = float(factor)
+    except ValueError:
+        value = -1.0
+    if not sep or not value >= 0 or not np.isfinite(value):
+        raise InputError(f"--scale {text}: expected SELECTOR=FACTOR with a factor >= 0")
+    return Selector.parse(selector), value
+
+
+def as_factors(scale: Mapping[str, float] | Iterable[tuple[str | Selector, float]] | None,
+               remove: Iterable[str | Selector] | None) -> list[tuple[Selector, float]]:
+    items = list(scale.items()) if isinstance(scale, Mapping) else list(scale or [])
+    factors = [(s if isinstance(s, Selector) else Selector.parse(s), float(f)) for s, f in items]
+    return factors + [(s if isinstance(s, Selector) else Selector.parse(s), 0.0) for s in remove or []]
+
+
+def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.DataFrame, int]:
+    """rank, id, ts, dur of every re-timed event under the what-if, and the solver's passes."""
+    factors = as_factors(scale, remove)
+    with catalog.connect(tables) as con:
+        nodes = con.sql(catalog.load_query("replay/nodes").sql).pl().with_row_index("row")
+        constraints = con.sql(catalog.load_query("replay/constraints").sql).pl()
+        selected = [pl.from_arrow(con.sql(catalog.load_query("replay/selected").sql,
+                                          params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
+                    .with_columns(factor=pl.lit(f)) for s, f in factors]
+    keys = nodes.select("rank", "id", "row")
+    nodes = nodes.join(keys.rename({"id": "parent", "row": "parent_row"}), on=["rank", "parent"], how="left",
+                       maintain_order="left").with_columns(pl.col("parent_row").fill_null(-1).cast(pl.Int64))
+    constraints = (constraints
+                   .join(keys.rename({"id": "src", "row": "src_row"}), on=["rank", "src"])
+                   .join(keys.rename({"id": "dst", "row": "dst_row"}), on=["rank", "dst"])
+                   .with_columns(pl.col("src_row", "dst_row").cast(pl.Int64)))
+    n = nodes.height
+    own = {part: np.ones(n) for part in ("gpu", "cpu", "launch")}
+    parent_row = nodes["parent_row"].to_numpy()
+    for frame in selected:
+        # A selector applies once to an event, however many of its ancestors it also picked (aten::to in aten::to).
+        picked = frame.join(keys, on=["rank", "id"])
+        factor = frame["factor"][0] if frame.height else 1.0
+        for part, targets in (("gpu", ("gpu",)), ("cpu", ("cpu", "op")), ("launch", ("op",))):
+            inside = np.zeros(n, dtype=bool)
+            inside[picked.filter(pl.col("part").is_in(targets))["row"].to_numpy()] = True
+            if part != "gpu":
+                inside = inside_selection(inside, parent_row)
+            own[part] = np.where(inside, own[part] * factor, own[part])
+    chains, cons, measured = build(nodes, constraints, own["cpu"], own["gpu"], own["launch"])
+    times, passes = solve(chains, cons, measured)
+    result = nodes.select("rank", "id").with_columns(ts=pl.Series(times[0::2]),
+                                                     dur=pl.Series(times[1::2] - times[0::2]))
+    return result, passes
+
+
+def retimed_tables(tables: TraceTables, scale=None, remove=None) -> TraceTables:
+    """`tables` with every re-timed event's ts and dur replaced by the replay's (other events as measured)."""
+    retimed, _ = replayed_events(tables, scale, remove)
+    events = pl.from_arrow(tables.events)
+    updated = (events.join(retimed.rename({"ts": "new_ts", "dur": "new_dur"}), on=["rank", "id"], how="left",
+                           maintain_order="left")
+               .with_columns(ts=pl.coalesce("new_ts", "ts"),
+                             dur=pl.when(pl.col("new_ts").is_not_null() & pl.col("dur").is_not_null())
+                             .then(pl.col("new_dur")).otherwise(pl.col("dur")))
+               .drop("new_ts", "new_dur"))
+    return tables.with_tables(events=updated.to_arrow())
+
+
+WINDOWS_SQL = "select rank, window_id, step, end_ns - start_ns as duration_ns from step_or_trace_windows()"
+
+
+def replay(tables: TraceTables, scale=None, remove=None) -> pl.DataFrame:
+    """One row per rank and step: rank, step (null: a rank without ProfilerSteps, replayed as one window),
+    measured_ms, predicted_ms, error_percent (predicted vs measured) and the predicted step's GPU time
+    (busy_ms, idle_ms, computation_ms, communication_ms, exposed_communication_ms, memcpy_ms, as the `steps`
+    analysis defines them).
+
+    scale: {selector: factor} or [(selector, factor)]; remove: [selector] (factor 0). Selectors: kernel:PATTERN,
+    op:PATTERN, category:NAME, cpu:PATTERN."""
+    after = retimed_tables(tables, scale, remove)
+    measured = catalog.sql(tables, WINDOWS_SQL)
+    predicted = catalog.sql(after, WINDOWS_SQL).rename({"duration_ns": "predicted_ns"})
+    breakdown = run_analysis(after, "steps").select(pl.col("rank"), pl.col("step").alias("window_id"), *BREAKDOWN)
+    return (measured.join(predicted.drop("step"), on=["rank", "window_id"], how="left")
+            .join(breakdown, on=["rank", "window_id"], how="left")
+            .select("rank", "step",
+                    (pl.col("duration_ns") / 1e6).alias("measured_ms"),
+                    (pl.col("predicted_ns") / 1e6).alias("predicted_ms"),
+                    ((pl.col("predicted_ns") - pl.col("duration_ns")) / pl.col("duration_ns") * 100)
+                    .alias("error_percent"),
+                    *BREAKDOWN)
+            .sort("rank", "step", nulls_last=True))
