@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from tracekit import replay as replaying
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
+from tracekit.output.files import refuse_input_file
 
 
 def register(main: click.Group) -> None:
@@ -23,19 +26,24 @@ def register(main: click.Group) -> None:
                   help="Take the selection's own time out, keeping its dependencies (repeatable).")
     @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
                   help="table (default), csv or json.")
+    @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+                  help="Also write the replayed timeline (Chrome-trace JSON, FILE.json.gz) for Perfetto UI: the "
+                       "'after' picture of the what-if.")
     @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
     @user_errors
-    def replay_command(traces, scales, removes, fmt, max_rows):
+    def replay_command(traces, scales, removes, fmt, out_path, max_rows):
         """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
         the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
-        graph as measured. Writing the replayed timeline (-o) is not implemented yet."""
+        graph as measured."""
         scale = [replaying.parse_scale(text) for text in scales]
         remove = [replaying.Selector.parse(text) for text in removes]
         check_output(fmt, None, traces)
+        if out_path is not None:
+            refuse_input_file(out_path, traces)
         with open_database(list(traces)) as db:
             tables = TraceTables(**{name: db.arrow(name) for name in TraceTables.names()})
         if not tables.events.num_rows:
             raise InputError(f"{', '.join(traces)}: no events to replay")
-        emit(replaying.replay(tables, scale=scale, remove=remove), fmt, None, max_rows, traces,
+        emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path), fmt, None, max_rows, traces,
              title="replay: measured and predicted step time")
 

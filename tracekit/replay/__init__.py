@@ -8,6 +8,7 @@ and what is not: docs/replay.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,7 @@ import polars as pl
 from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
+from tracekit.output.timeline import write_timeline
 from tracekit.query.analyses import run as run_analysis
 from tracekit.replay.graph import build, inside_selection
 from tracekit.replay.solve import solve
@@ -114,15 +116,18 @@ def retimed_tables(tables: TraceTables, scale=None, remove=None) -> TraceTables:
 WINDOWS_SQL = "select rank, window_id, step, end_ns - start_ns as duration_ns from step_or_trace_windows()"
 
 
-def replay(tables: TraceTables, scale=None, remove=None) -> pl.DataFrame:
+def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | None = None) -> pl.DataFrame:
     """One row per rank and step: rank, step (null: a rank without ProfilerSteps, replayed as one window),
     measured_ms, predicted_ms, error_percent (predicted vs measured) and the predicted step's GPU time
     (busy_ms, idle_ms, computation_ms, communication_ms, exposed_communication_ms, memcpy_ms, as the `steps`
     analysis defines them).
 
     scale: {selector: factor} or [(selector, factor)]; remove: [selector] (factor 0). Selectors: kernel:PATTERN,
-    op:PATTERN, category:NAME, cpu:PATTERN."""
+    op:PATTERN, category:NAME, cpu:PATTERN. With `timeline`, the replayed events are also written there as a
+    Chrome-trace timeline (tracekit.output.timeline; processes labelled "replayed"): the "after" picture."""
     after = retimed_tables(tables, scale, remove)
+    if timeline is not None:
+        write_timeline(after, timeline, label="replayed")
     measured = catalog.sql(tables, WINDOWS_SQL)
     predicted = catalog.sql(after, WINDOWS_SQL).rename({"duration_ns": "predicted_ns"})
     breakdown = run_analysis(after, "steps").select(pl.col("rank"), pl.col("step").alias("window_id"), *BREAKDOWN)
