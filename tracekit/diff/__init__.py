@@ -28,7 +28,7 @@ from tracekit.errors import InputError
 from tracekit.output import workbooks as report
 from tracekit.output import xlsx
 from tracekit.output.atomic import replacing_file
-from tracekit.query import analyses
+from tracekit.query import analyses, step_scope
 
 DEFAULT_ALPHA = 0.05  # two-sided level of the rank test; the shift's confidence interval is at 1 - alpha
 DEFAULT_FLOOR_PERCENT = 1.0  # per-step shifts smaller than this share of the value are never called, however steady
@@ -263,18 +263,19 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
     holds 2 steps. (summarize asks only for those with rows over the whole trace: no collectives, no per-step
     collectives.)
 
-    Each (rank, step) becomes a pseudo-rank: every analysis keys on rank, so one run over views that relabel the
-    rank computes it for every step at once (no copy of the tables is made). op_summary and op_categories per step
+    Each (rank, step) is scoped on a pseudo-rank of its own (tracekit/query/step_scope.py): every analysis keys on
+    rank, so one run over views of the scoped rows computes it for every step at once (no copy of the tables). op_summary and op_categories per step
     are op_by_shape's rows summed by name and by category (the three are rollups of the same op calls).
     """
     with catalog.connect(tables) as con:
-        mapping = pseudo_rank_views(con, tables)
-        if mapping is None:
+        scopes = step_scope.define_scopes(con)  # every step on a rank of its own
+        if scopes is None or scopes.height == 0 or scopes.group_by("rank").len()["len"].max() < 2:
             return None
+        step_scope.replace_with_scoped_views(con, tables)
         done: dict[str, pl.DataFrame] = {}
         for name in names:
             analyses.run_into(con, name, done, failures)
-        per_step = {name: restore_ranks(done[name], mapping) for name in names if name in done}
+        per_step = {name: step_scope.unscoped(done[name], scopes) for name in names if name in done}
     by_shape = per_step.get("op_by_shape")
     if by_shape is not None:
         sums = [pl.col(m.name).sum() for m in OP_METRICS]
@@ -282,56 +283,7 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
         per_step["op_summary"] = (by_shape.group_by("rank", "step", "name", maintain_order=True)
                                   .agg(pl.col("category").first(), *sums))
         per_step["op_categories"] = by_shape.group_by("rank", "step", "category", maintain_order=True).agg(*sums)
-    return per_step, mapping.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
-
-
-def pseudo_rank_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> pl.DataFrame | None:
-    """Replace the tables registered on `con` by views with one pseudo-rank per (rank, step); return the mapping
-    (pseudo, rank, step), or None (views untouched) when no rank holds 2 steps or pseudo-ranks would overflow.
-
-    Step membership is step_members() (queries/_steps.sql), as for every command's --step. Instants, flows and
-    Execution Trace tables are empty in the views (the per-step analyses do not read them); edges keep only links
-    within one step.
-    """
-    members = con.sql("select rank, id, step from step_members()").to_arrow_table()
-    con.register("members", members)
-    mapping = con.sql("""
-        select rank, step, (dense_rank() over (partition by rank order by step) - 1)::bigint as step_index
-        from (select distinct rank, step from members)""").pl()
-    if mapping.height == 0 or mapping.group_by("rank").len()["len"].max() < 2:
-        return None
-    stride = int(mapping["step_index"].max()) + 1
-    if (max(tables.rank_list) + 1) * stride >= 2**31:
-        return None
-    mapping = mapping.with_columns(
-        pseudo=(pl.col("rank").cast(pl.Int64) * stride + pl.col("step_index")).cast(pl.Int32))
-    con.register("pseudo_ranks", mapping)
-    con.execute("""create temp table member_pseudo as
-                   select m.rank, m.id, p.pseudo from members m join pseudo_ranks p using (rank, step)""")
-    views = {
-        "events": "select e.* replace (m.pseudo as rank) from whole_events e join member_pseudo m using (rank, id)",
-        "edges": """select e.* replace (s.pseudo as rank) from whole_edges e
-                    join member_pseudo s on s.rank = e.rank and s.id = e.src
-                    join member_pseudo d on d.rank = e.rank and d.id = e.dst
-                    where s.pseudo = d.pseudo and e.kind not like 'et_%'""",
-        "diagnostics": """select d.* replace (m.pseudo as rank) from whole_diagnostics d
-                          join member_pseudo m on m.rank = d.rank and m.id = d.position""",
-        **{name: f"select t.* replace (p.pseudo as rank) from whole_{name} t join pseudo_ranks p using (rank)"
-           for name in ("ranks", "threads", "processes")},
-    }
-    for name, table in tables.items():
-        con.unregister(name)
-        con.register(f"whole_{name}", table)
-        con.execute(f"create temp view {name} as {views.get(name, f'select * from whole_{name} where false')}")
-    return mapping.select("pseudo", "rank", "step")
-
-
-def restore_ranks(frame: pl.DataFrame, mapping: pl.DataFrame) -> pl.DataFrame:
-    """A per-pseudo-rank result with its real (rank, step) back in place of the pseudo-rank."""
-    return (frame.rename({"rank": "pseudo"})
-            .join(mapping, on="pseudo", how="left")
-            .drop("pseudo")
-            .select("rank", "step", pl.exclude("rank", "step")))
+    return per_step, scopes.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
 
 
 def step_counts_of(steps: pl.DataFrame) -> pl.DataFrame:
