@@ -27,7 +27,7 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import dataset_input
 from tracekit.pipeline import load
-from tracekit.query import analyses
+from tracekit.query import analyses, step_scope
 from tracekit.read.dataset import check_dataset, check_dataset_rows, dataset_table_files, first_line
 
 
@@ -96,7 +96,7 @@ class TraceDatabase:
         A step keeps, on each rank, the events of step_members() (queries/_steps.sql: the host events starting
         inside its ProfilerStep#N window, the GPU ops those launched wherever they ran, ...), the same events as
         every other --step; instants and flows inside the window; and the edges between kept events. Ranks without
-        that step are left out.
+        that step are left out. (The rows of a step: tracekit/query/step_scope.py.)
         """
         ranks = None if rank is None else [rank] if isinstance(rank, int) else list(rank)
         where_rank = "true" if ranks is None else f"rank in ({', '.join(str(int(r)) for r in ranks)})"
@@ -107,12 +107,12 @@ class TraceDatabase:
                 where = "the ranks asked for" if ranks else "any rank"
                 raise InputError(f"step {step}: no ProfilerStep#{step} on {where} "
                                  f"(steps there: {', '.join(str(s) for s, in steps) or 'none'})")
-            con.execute(f"create or replace temp table scope_events as "
-                        f"select rank, id from step_events({int(step)}) where {where_rank}")
-            con.execute(f"create or replace temp table scope_windows as "
-                        f"select * from step_windows() where step = {int(step)} and {where_rank}")
-            kept = {name: con.sql(scoped_rows_sql(name, where_rank)).to_arrow_table() for name in TraceTables.names()}
-            con.execute("drop table scope_events; drop table scope_windows")
+            step_scope.define_scopes(con, where_rank=where_rank, step=int(step))
+            try:
+                kept = {name: con.sql(step_scope.scoped_rows_sql(name)).to_arrow_table()
+                        for name in TraceTables.names()}
+            finally:
+                step_scope.drop_scopes(con)
         else:
             kept = {name: con.sql(f"from {name} where {where_rank}").to_arrow_table() for name in TraceTables.names()}
         label = " ".join(filter(None, (ranks is not None and f"rank={ranks}", step is not None and f"step={step}")))
@@ -197,22 +197,6 @@ def define_analysis_view(con: duckdb.DuckDBPyConnection, name: str, defined: set
         defined.add(name)
     except duckdb.Error as exc:
         problems[name] = str(exc).splitlines()[0]
-
-
-def scoped_rows_sql(name: str, where_rank: str) -> str:
-    """The rows of table NAME that belong to the events of `scope_events` and windows of `scope_windows`."""
-    if name == "events":
-        return "select e.* from events e semi join scope_events s on s.rank = e.rank and s.id = e.id"
-    if name == "edges":
-        return ("select g.* from edges g "
-                "semi join scope_events a on a.rank = g.rank and a.id = g.src "
-                "semi join scope_events b on b.rank = g.rank and b.id = g.dst "
-                "where g.kind not like 'et\\_%' escape '\\' "
-                f"union all select * from edges where kind like 'et\\_%' escape '\\' and {where_rank}")
-    if name in ("instants", "flows"):
-        return (f"select t.* from {name} t semi join scope_windows w "
-                "on w.rank = t.rank and t.ts >= w.start_ns and t.ts < w.end_ns")
-    return f"from {name} where rank in (select rank from scope_windows)"
 
 
 def sql_string(text: str) -> str:

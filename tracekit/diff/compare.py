@@ -1,0 +1,240 @@
+"""Running a diff: summarise each side (its analyses over the whole trace and per step), turn both into measures
+section by section, match them (queries/diff/compare.sql) and judge each match (tracekit/diff/verdicts.py)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.diff import verdicts
+from tracekit.diff.comparison import (
+    DEFAULT_ALPHA,
+    DEFAULT_FLOOR_PERCENT,
+    DEFAULT_WARMUP_STEPS,
+    EFFECT_COLUMNS,
+    SIGNIFICANT,
+    DiffResult,
+    Settings,
+)
+from tracekit.diff.measures import merged_step_ops
+from tracekit.diff.sections import SECTIONS, Section, per_step_analyses, totals_analyses
+from tracekit.diff.side import Side, result, step_basis, step_counts_of, warmup_steps_of
+from tracekit.engine import catalog, connection
+from tracekit.engine.tables import TraceTables
+from tracekit.query import analyses, step_scope
+
+# ---------------------------------------------------------------------------------------------------------------
+# One side: analyses over the whole trace and per step
+
+
+def summarize(tables: TraceTables, label: str, sections: dict[str, Section] = SECTIONS) -> Side:
+    """Run the analyses the diff's sections read over one side, and (with 2+ steps) the per-step ones the verdicts
+    compare.
+
+    An analysis that is missing from queries/ or fails leaves its sections empty and is named, with the reason, in
+    `Side.failures` (the diff's notes) rather than stopping the diff.
+    """
+    failures: dict[str, str] = {}
+    results = analyses.run_all(tables, list(totals_analyses(sections)), failures)
+    with_rows = [name for name in per_step_analyses(sections) if name in results and results[name].height]
+    per_step = per_step_results(tables, with_rows, failures, sections)
+    if per_step is None:
+        return Side(label, results, failures=failures)
+    return Side(label, results, *per_step, failures=failures)
+
+
+def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, str],
+                     sections: dict[str, Section] = SECTIONS
+                     ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
+    """The analyses `names` per step, each with a `step` column, and the (rank, step)s covered; None when no rank
+    holds 2 steps. (summarize asks only for those with rows over the whole trace: no collectives, no per-step
+    collectives.)
+
+    Each (rank, step) is scoped on a pseudo-rank of its own (tracekit/query/step_scope.py): every analysis keys on
+    rank, so one run over views of the scoped rows computes it for every step at once (no copy of the tables). A
+    section whose per-step source is not its source gets its source per step as that result summed by its keys
+    (op_summary and op_categories from op_by_shape: rollups of the same op calls).
+    """
+    with catalog.connect(tables) as con:
+        scopes = step_scope.define_scopes(con)  # every step on a rank of its own
+        if scopes is None or scopes.height == 0 or scopes.group_by("rank").len()["len"].max() < 2:
+            return None
+        step_scope.replace_with_scoped_views(con, tables)
+        done: dict[str, pl.DataFrame] = {}
+        for name in names:
+            analyses.run_into(con, name, done, failures)
+        per_step = {name: step_scope.unscoped(done[name], scopes) for name in names if name in done}
+    for section in sections.values():
+        finer = per_step.get(section.per_step_source)
+        if finer is None or section.source in per_step:
+            continue
+        sums = [pl.col(m.name).sum() for m in section.metrics if m.aggregation == "sum"]
+        # maintain_order: polars' default (partitioned) group_by adds float partial sums in a thread-timing order
+        per_step[section.source] = (finer.group_by("rank", "step", *section.keys, maintain_order=True)
+                                    .agg(*(pl.col(a).first() for a in section.attributes), *sums))
+    return per_step, scopes.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The comparison
+
+
+def compare(base: TraceTables | Side, cand: TraceTables | Side, alpha: float = DEFAULT_ALPHA,
+            floor_percent: float = DEFAULT_FLOOR_PERCENT, warmup_steps: int = DEFAULT_WARMUP_STEPS,
+            labels: tuple[str, str] = ("base", "cand"), sections: dict[str, Section] = SECTIONS) -> DiffResult:
+    """Compare a baseline and a candidate run (tables, or sides already summarised).
+
+    A measure is slower/faster when the 1 − `alpha` confidence interval of its per-step shift excludes 0 and the
+    shift exceeds `floor_percent` of its per-step value; the first `warmup_steps` steps of each run are left out of
+    that comparison. See tracekit/diff/verdicts.py for the rule. `sections`: what is compared (sections.py).
+    """
+    base = base if isinstance(base, Side) else summarize(base, labels[0], sections)
+    cand = cand if isinstance(cand, Side) else summarize(cand, labels[1], sections)
+    settings = Settings(alpha, floor_percent, warmup_steps)
+    warmup = {"base": warmup_steps_of(base, warmup_steps), "cand": warmup_steps_of(cand, warmup_steps)}
+    # One thread for the comparison of the two summaries (small frames): float sums then add up in one order, so a
+    # run gives the same bits every time.
+    with connection.connect(threads=1) as con:
+        con.register("coverage", coverage(base, cand))
+        compared = {name: compare_section(con, section, {"base": base, "cand": cand}, warmup, settings)
+                    for name, section in sections.items()}
+    measures = pl.concat([long_form(section, compared[name]) for name, section in sections.items()])
+    frames = {name: wide_form(section, compared[name], attributes(section, base, cand))
+              for name, section in sections.items()}
+    return DiffResult(base.label, cand.label, frames, measures, settings,
+                      tuple((s.label, step_basis(s)) for s in (base, cand)), diff_notes(base, cand, measures),
+                      ((base.label, warmup["base"]), (cand.label, warmup["cand"])), sections)
+
+
+def coverage(base: Side, cand: Side) -> pl.DataFrame:
+    """Per rank (and null: all ranks), the factor that scales the candidate's totals to the baseline's step count
+    (1 unless both sides hold steps and their counts differ)."""
+    if result(base, "steps") is None or result(cand, "steps") is None:
+        return pl.DataFrame(schema={"rank": pl.Int32, "scale": pl.Float64})
+    counts = [step_counts_of(s.results["steps"]) for s in (base, cand)]
+    return (counts[0].join(counts[1], on="rank", nulls_equal=True, suffix="_cand")
+            .select("rank", scale=pl.col("steps") / pl.col("steps_cand")))
+
+
+def compare_section(con, section: Section, sides: dict[str, Side], warmup: dict[str, tuple[int, ...]],
+                    settings: Settings) -> pl.DataFrame:
+    for name, side in sides.items():
+        frame = section.measures(con, side, section, warmup[name])
+        con.register(f"{name}_measures", frame.with_columns(pl.col("key").cast(section.key_type)))
+    con.register("metric_specs", pl.DataFrame(
+        [(m.name, m.direction, m.aggregation, m.abs_floor) for m in section.metrics], orient="row",
+        schema={"metric": pl.String, "direction": pl.Int32, "aggregation": pl.String, "abs_floor": pl.Float64}))
+    matched = con.sql(catalog.load_query("diff/compare").sql).pl()
+    return mark_deciders(section, judged(matched, settings))
+
+
+def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
+    """The matched measures with the per-step shift, its confidence interval, the rank test's p-value and the
+    verdict (tracekit/verdicts.py); the floor is floor_percent of the larger per-step median, at least abs_floor."""
+    # A step without a value (a collective of unknown size has no bandwidth) is no sample.
+    matched = matched.with_columns(pl.col("base_samples", "cand_samples").list.drop_nulls())
+    stats = verdicts.shift_tests(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
+    floor = pl.max_horizontal(settings.floor_percent / 100 * pl.max_horizontal(
+        pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs()), pl.col("abs_floor"))
+    return (pl.concat([matched, stats], how="horizontal")
+            .with_columns(verdict=verdicts.verdict(pl.col("direction"), floor))
+            .drop("base_samples", "cand_samples", "direction", "abs_floor"))
+
+
+def mark_deciders(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
+    """Flag, per (key, rank), the metric that decides the row: among `section.deciders` with a significant verdict
+    the one with the largest |delta| in ms (an added op is decided by its CPU time when it launches nothing), else
+    the first of them."""
+    priority = {name: i for i, name in enumerate(section.deciders)}
+    to_ms = {m.name: m.to_ms or 1.0 for m in section.metrics}
+    ranked = compared.with_columns(
+        priority=pl.col("metric").replace_strict(priority, default=None, return_dtype=pl.Int32),
+        significant=pl.col("verdict").is_in(SIGNIFICANT).fill_null(False)
+    ).with_columns(change=pl.when("significant").then(
+        (pl.col("delta") * pl.col("metric").replace_strict(to_ms, return_dtype=pl.Float64)).abs()))
+    candidates = ranked.filter(pl.col("priority").is_not_null()).with_row_index("row")
+    chosen = (candidates.sort(["significant", "change", "priority"], descending=[True, True, False], nulls_last=True)
+              .group_by("key", "rank", maintain_order=True).first().select("row"))
+    chosen_rows = candidates.join(chosen, on="row", how="semi").select("key", "rank", "metric", decides=pl.lit(True))
+    return (ranked.drop("priority", "significant", "change")
+            .join(chosen_rows, on=["key", "rank", "metric"], how="left", nulls_equal=True)
+            .with_columns(pl.col("decides").fill_null(False)))
+
+
+def long_form(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
+    to_ms = {m.name: m.to_ms for m in section.metrics}
+    item = pl.concat_str([pl.col("key").struct.field(k) for k in section.keys], separator=" ", ignore_nulls=True)
+    return compared.select(
+        section=pl.lit(section.name), item=item, rank=pl.col("rank").cast(pl.Int32), metric="metric",
+        base="base", cand="cand", delta="delta", percent_delta="percent_delta", effect="effect", ci_low="ci_low",
+        ci_high="ci_high", p_value="p_value", level="level", n_base="n_base", n_cand="n_cand", verdict="verdict",
+        decides="decides", to_ms=pl.col("metric").replace_strict(to_ms, default=None, return_dtype=pl.Float64))
+
+
+VALUE_COLUMNS = ("base", "cand", "delta", "percent_delta", *EFFECT_COLUMNS, "p_value", "verdict")
+JUDGED_COLUMNS = (*EFFECT_COLUMNS, "p_value", "verdict")  # absent for measures without a better direction (counts)
+
+
+def wide_columns(section: Section) -> dict[str, pl.DataType]:
+    """Every column of a section's wide frame, in order, with its type."""
+    columns = {**section.key_types, "rank": pl.Int32, **{a: pl.String for a in section.attributes},
+               "verdict": pl.String, "verdict_on": pl.String}
+    for m in section.metrics:
+        for v in VALUE_COLUMNS:
+            if not (v in JUDGED_COLUMNS and m.direction == 0):
+                columns[f"{v}_{m.name}"] = pl.String if v == "verdict" else pl.Float64
+    if not section.per_rank:
+        del columns["rank"]
+    return columns
+
+
+def attributes(section: Section, base: Side, cand: Side) -> pl.DataFrame | None:
+    """The section's descriptive columns per key, from the candidate where it has the key, else the baseline."""
+    if not section.attributes:
+        return None
+    frames = [(merged_step_ops(f) if "name" in section.keys else f).select(*section.keys, *section.attributes)
+              for f in (result(cand, section.source), result(base, section.source)) if f is not None]
+    if not frames:
+        return None
+    return pl.concat(frames).unique(section.keys, keep="first", maintain_order=True).cast(section.key_types)
+
+
+def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | None) -> pl.DataFrame:
+    """One row per (key, rank): base_m, cand_m, delta_m, percent_delta_m, effect_m, ci_low_m, ci_high_m, p_value_m,
+    verdict_m per metric m, then the deciding verdict; significant rows first, then by |delta| (in ms) of the deciding
+    metric."""
+    columns = wide_columns(section)
+    index = [*section.keys, "rank"]
+    frame = compared.with_columns(pl.col("key").struct.unnest())
+    if frame.height == 0:
+        return pl.DataFrame(schema=columns)
+    wide = frame.pivot(on="metric", index=index, values=list(VALUE_COLUMNS))
+    to_ms = {m.name: m.to_ms or 1.0 for m in section.metrics}
+    decided = frame.filter(pl.col("decides")).select(
+        *index, verdict="verdict", verdict_on="metric",
+        change=pl.col("delta").abs() * pl.col("metric").replace_strict(to_ms, return_dtype=pl.Float64))
+    out = wide.join(decided, on=index, how="left", nulls_equal=True)
+    if attrs is not None:
+        out = out.join(attrs, on=list(section.keys), how="left", nulls_equal=True)
+    return (out.with_columns(significant=pl.col("verdict").is_in(SIGNIFICANT).fill_null(False),
+                             *(pl.lit(None, t).alias(c) for c, t in columns.items() if c not in out.columns))
+            .sort(["significant", "change", *index], descending=[True, True] + [False] * len(index), nulls_last=True)
+            .select(pl.col(c).cast(t) for c, t in columns.items()))
+
+
+def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...]:
+    notes = []
+    for name, reason in {**cand.failures, **base.failures}.items():
+        notes.append(f"not compared: analysis {name} gave nothing ({reason})")
+    if step_basis(base) != step_basis(cand):
+        notes.append(f"step time is the {step_basis(base)} on {base.label} but the {step_basis(cand)} on {cand.label}")
+    kernels = measures.filter((pl.col("section") == "kernels") & (pl.col("metric") == "total_us")
+                              & pl.col("rank").is_null())
+    total = kernels.select(pl.col("base").fill_null(0).sum() + pl.col("cand").fill_null(0).sum()).item()
+    matched = kernels.filter(pl.col("base").is_not_null() & pl.col("cand").is_not_null()).select(
+        pl.col("base").sum() + pl.col("cand").sum()).item()
+    if total and (matched or 0) < 0.5 * total:
+        notes.append(f"kernel names mostly differ between the runs ({100 * (matched or 0) / total:.0f}% of kernel time "
+                     "on names found on both sides): compare ops and categories, not kernels")
+    return tuple(notes)
+
+

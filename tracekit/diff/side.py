@@ -1,0 +1,55 @@
+"""One run as the diff sees it: its analysis results over the whole trace and per step, and its steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+STEP_SCHEMA = {"rank": pl.Int32, "step": pl.Int64}
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run, summarised: analysis results over the whole trace, and the per-step ones the verdicts compare.
+
+    `per_step[name]` holds the analysis `name` computed for each step separately, with a `step` column beside
+    `rank`; `steps` (rank, step) lists the run's ProfilerSteps (empty without any).
+    """
+
+    label: str
+    results: dict[str, pl.DataFrame]
+    per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
+    steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA))
+    failures: dict[str, str] = field(default_factory=dict)  # analysis → why it gave nothing (missing, failed)
+
+
+def result(side: Side, name: str) -> pl.DataFrame | None:
+    """The side's result of analysis `name`; None when it has none or no rows."""
+    frame = side.results.get(name)
+    return frame if frame is not None and frame.height else None
+
+
+def warmup_steps_of(side: Side, count: int) -> tuple[int, ...]:
+    """Step numbers left out of the verdicts: the first `count` steps of each rank (a step that is a warm-up on one
+    rank is left out on all, so the all-ranks values per step add up the same steps)."""
+    frames = [side.steps] + ([side.results["steps"].select(*STEP_SCHEMA)] if result(side, "steps") is not None else [])
+    steps = pl.concat([f.cast(STEP_SCHEMA) for f in frames]).unique()
+    first = steps.sort("rank", "step").group_by("rank", maintain_order=True).head(count)
+    return tuple(sorted(set(first["step"].to_list()))) if count > 0 else ()
+
+
+def steady(frame: pl.DataFrame, warmup: tuple[int, ...]) -> pl.DataFrame:
+    return frame.filter(~pl.col("step").is_in(warmup))
+
+
+def step_counts_of(steps: pl.DataFrame) -> pl.DataFrame:
+    """(rank, steps) per rank, plus rank null: the distinct steps of all ranks."""
+    per_rank = steps.group_by("rank", maintain_order=True).agg(steps=pl.col("step").n_unique().cast(pl.Int64))
+    overall = pl.DataFrame({"rank": [None], "steps": [steps["step"].n_unique()]},
+                           schema={"rank": pl.Int32, "steps": pl.Int64})
+    return pl.concat([per_rank.with_columns(pl.col("rank").cast(pl.Int32)), overall])
+
+
+def step_basis(side: Side) -> str:
+    return "median step" if result(side, "steps") is not None else "whole trace (no ProfilerStep)"

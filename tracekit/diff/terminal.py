@@ -1,0 +1,100 @@
+"""The diff's terminal summary: the headline (step time A → B), the GPU time breakdown and the largest changes.
+Column names come from the sections' descriptions (tracekit/diff/sections.py)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from tracekit.diff import verdicts
+from tracekit.diff.comparison import EFFECT_COLUMNS, DiffResult
+from tracekit.diff.measures import TIMELINE_STEP_COLUMNS
+from tracekit.diff.sections import Section, top_change_sections
+
+VERDICT_STYLES = {"slower": "red", "faster": "green", "added": "yellow", "removed": "cyan", "unchanged": "dim",
+                  verdicts.NOT_ENOUGH: "magenta"}
+
+
+def styled(verdict: str | None) -> str:
+    return f"[{VERDICT_STYLES.get(verdict, '')}]{verdict}[/]" if verdict else ""
+
+
+def signed(value: float | None, digits: int = 2, suffix: str = "") -> str:
+    return "" if value is None else f"{value:+,.{digits}f}{suffix}"
+
+
+def interval_text(row: dict, unit: str = "_ms") -> str:
+    """The per-step shift and its confidence interval: "+1.234 [+0.500, +2.000]"."""
+    effect, low, high = (row.get(f"{c}{unit}") for c in EFFECT_COLUMNS)
+    if effect is None:
+        return ""
+    return f"{effect:+,.3f}" + ("" if low is None else f" [{low:+,.3f}, {high:+,.3f}]")
+
+
+def shift_text(head: dict) -> str:
+    """The headline's per-step comparison: shift, CI at its exact level, p-value and steps compared."""
+    steps = f"{head['n_base'] or 0} vs {head['n_cand'] or 0} steps"
+    if head["ci_low"] is None:
+        return f"per step: no interval at this level ({steps})"
+    return (f"per step {signed(head['effect'])} ms, {100 * head['level']:.1f}% CI [{signed(head['ci_low'])}, "
+            f"{signed(head['ci_high'])}] (p={head['p_value']:.2g}, {steps})")
+
+
+def metric_label(section: Section | None, metric: str) -> str:
+    """A metric's short name in the top changes (its section's label for it, else its name)."""
+    labels = {m.name: m.label for m in section.metrics} if section is not None else {}
+    return labels.get(metric) or metric
+
+
+def gpu_time_text(result: DiffResult, timeline: Section) -> str:
+    """The GPU timeline's categories (all ranks) that either run has, base → cand with their verdicts; the columns
+    are those of the timeline section (its key and its one metric)."""
+    key, metric = timeline.keys[0], timeline.metrics[0].name
+    base, cand = f"base_{metric}", f"cand_{metric}"
+    shown = [c for c in TIMELINE_STEP_COLUMNS if c != "total"]  # total: the whole span, not a kind of GPU time
+    rows = result.sections[timeline.name].filter(
+        pl.col("rank").is_null() & pl.col(key).is_in(shown)
+        & ((pl.col(base).fill_null(0) > 0) | (pl.col(cand).fill_null(0) > 0)))
+    return "; ".join(f"{r[key]} {r[base] or 0:,.1f} → {r[cand] or 0:,.1f} ms {styled(r['verdict'])}"
+                     for r in rows.iter_rows(named=True))
+
+
+def print_summary(result: DiffResult, console, top: int = 15) -> None:
+    """The headline (step time A → B), the GPU time breakdown and the largest changes, as rich text and a table."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print(f"[bold]{result.base_label}[/] → [bold]{result.cand_label}[/]")
+    try:
+        head = result.headline()
+    except LookupError:
+        console.print("step time: not in both runs (no ProfilerStep and no GPU timeline on a side)")
+    else:
+        values = " → ".join("-" if v is None else f"{v:,.2f} ms" for v in (head["base"], head["cand"]))
+        console.print(f"step time (all ranks): {values}  Δ {signed(head['delta'])} ms "
+                      f"({signed(head['percent_delta'], 1, '%')})  {shift_text(head)}  {styled(head['verdict'])}")
+    if result.warmup_text():
+        console.print(f"warm-up steps left out of the verdicts: {result.warmup_text()} (--warmup-steps 0 keeps them)")
+    gpu_time = gpu_time_text(result, result.described_by["gpu_timeline"])
+    if gpu_time:
+        console.print("GPU time (all ranks): " + gpu_time)
+    sections = top_change_sections(result.described_by, any(n.startswith("kernel names mostly differ") for n in result.notes))
+    changes = result.top_changes(top, sections)
+    if changes.height == 0:
+        console.print(f"no significant change among {', '.join(sections)}")
+    else:
+        table = Table(title=f"top changes ({', '.join(sections)}; all ranks)", title_justify="left", box=box.SIMPLE)
+        table.add_column("item", overflow="fold", ratio=1)
+        for name in ("base → cand ms", "Δ ms (Δ %)", "per step Δ ms [CI]"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("verdict", no_wrap=True)
+        for r in changes.iter_rows(named=True):
+            item = r["item"] if len(r["item"]) <= 100 else r["item"][:97] + "..."
+            values = " → ".join("-" if v is None else f"{v:,.3f}" for v in (r["base_ms"], r["cand_ms"]))
+            percent = "" if r["percent_delta"] is None else f" ({r['percent_delta']:+.1f}%)"
+            label = metric_label(result.described_by.get(r["section"]), r["metric"])
+            table.add_row(f"[dim]{r['section']}[/] {escape(item)} [dim]({label})[/]",
+                          values, f"{r['delta_ms']:+,.3f}{percent}", interval_text(r), styled(r["verdict"]))
+        console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}")
