@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 import tracekit  # noqa: E402
 from tracekit.link import et  # noqa: E402
-from tracekit.read.kineto import parse_file  # noqa: E402
+from tracekit.read.text import parse_file  # noqa: E402
 
 TRACES = REPO.parent / "shared" / "traces"
 PAIRS = {  # name → (Kineto files, ET files)

@@ -16,7 +16,7 @@ from tests.conftest import REPO, shared_trace
 from tracekit.engine import catalog
 from tracekit.link import et
 from tracekit.query import analyses
-from tracekit.read.kineto import RANK_FILE_PATTERN
+from tracekit.read.ranks import RANK_FILE_PATTERN
 
 ET_FILES = [
     "et_pairs/a100_simple_add/et.json.gz",

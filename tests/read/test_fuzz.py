@@ -32,7 +32,7 @@ import tracekit
 from tests.conftest import TRACES, shared_trace
 from tests.support import raw_trace
 from tests.support.invariants import accounted_entries, assert_graph_invariants
-from tracekit.read import kineto as ingest
+from tracekit.read.kineto import read_trace
 
 EXAMPLES = int(os.environ.get("TRACEKIT_FUZZ_EXAMPLES", "25"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -91,7 +91,7 @@ def check_load(path: Path, text: bytes) -> tracekit.TraceTables | None:
 def assert_chunking_changes_nothing(path: Path) -> None:
     """Read in chunks of a few KB (cuts between entries found by pattern, checked by decoding; a wrong one sends
     the file down the whole-file path): the same tables as in one chunk."""
-    whole, chunked = ingest.read_trace(path), ingest.read_trace(path, chunk_bytes=CHUNK_BYTES)
+    whole, chunked = read_trace(path), read_trace(path, chunk_bytes=CHUNK_BYTES)
     for name in ("events", "instants", "flows", "metadata"):
         assert getattr(chunked.entries, name).equals(getattr(whole.entries, name)), name
     order = [(c, "ascending") for c in ("group", "position", "reason", "detail")]

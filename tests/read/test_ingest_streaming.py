@@ -18,26 +18,29 @@ import tracekit
 from tests.conftest import shared_trace
 from tests.support import raw_trace
 from tracekit import schema
-from tracekit.read import kineto as ingest
+from tracekit.read.columns import TraceParts, entry_tables, microseconds_to_ns
+from tracekit.read.kineto import _read_streamed
+from tracekit.read.ranks import file_rank, rank_tables
+from tracekit.read.text import NotStreamable, decompressed_blocks, parse_file, read_bytes, trace_event_chunks
 
 
 def whole_file_tables(path: Path) -> dict[str, pa.Table]:
     """The tables from decoding the whole document at once (no cutting), ranked as load() ranks a lone file."""
-    parsed = ingest.parse_file(path)
-    trace = ingest.TraceParts(path, {k: bytes(v) for k, v in parsed.top.items()},
-                              ingest.entry_tables(path, parsed.entries, 0))
-    rank, source = ingest.file_rank(path, trace, None)
-    return ingest.rank_tables(trace, 0 if rank is None else rank, "file_order" if rank is None else source).tables
+    parsed = parse_file(path)
+    trace = TraceParts(path, {k: bytes(v) for k, v in parsed.top.items()},
+                       entry_tables(path, parsed.entries, 0))
+    rank, source = file_rank(path, trace, None)
+    return rank_tables(trace, 0 if rank is None else rank, "file_order" if rank is None else source).tables
 
 
 def streamed_tables(path: Path, chunk_bytes: int) -> dict[str, pa.Table]:
-    trace = ingest._read_streamed(path, chunk_bytes)  # raises NotStreamable rather than falling back
-    rank, source = ingest.file_rank(path, trace, None)
-    return ingest.rank_tables(trace, 0 if rank is None else rank, "file_order" if rank is None else source).tables
+    trace = _read_streamed(path, chunk_bytes)  # raises NotStreamable rather than falling back
+    rank, source = file_rank(path, trace, None)
+    return rank_tables(trace, 0 if rank is None else rank, "file_order" if rank is None else source).tables
 
 
 def chunk_count(path: Path, chunk_bytes: int) -> int:
-    chunks = ingest.trace_event_chunks(ingest.decompressed_blocks(path, 1 << 16), chunk_bytes)
+    chunks = trace_event_chunks(decompressed_blocks(path, 1 << 16), chunk_bytes)
     return sum(1 for _ in chunks)
 
 
@@ -61,7 +64,7 @@ def json_entries(path: Path) -> list:
 ])
 def test_small_chunks_give_the_whole_file_tables(relative):
     path = shared_trace(relative)
-    chunk_bytes = len(ingest.read_bytes(path)) // 16
+    chunk_bytes = len(read_bytes(path)) // 16
     assert chunk_count(path, chunk_bytes) >= 8
     assert_same_tables(streamed_tables(path, chunk_bytes), whole_file_tables(path))
 
@@ -106,7 +109,7 @@ def test_tricky_entries_in_chunks(tmp_path, layout):
     for chunk_bytes in (512, 4096, 1 << 20):
         try:
             streamed = streamed_tables(path, chunk_bytes)
-        except ingest.NotStreamable:  # a cut inside args failed to decode: the whole-file path takes over
+        except NotStreamable:  # a cut inside args failed to decode: the whole-file path takes over
             continue
         assert_same_tables(streamed, whole)
     events = tables.polars("events")
@@ -173,11 +176,11 @@ def test_microseconds_to_ns_is_exact_against_decimal_arithmetic():
         text = whole + ("." + "".join(rng.choice("0123456789") for _ in range(decimals)) if decimals else "")
         texts.append(("-" if rng.random() < 0.2 else "") + text)
     texts += ["1.2345e-05", "2.5E+3", "-7.125e1", "1.0005", "-1.0005", "0.0004999", "-0"]
-    got = ingest.microseconds_to_ns(pa.array(texts, pa.string())).to_pylist()
+    got = microseconds_to_ns(pa.array(texts, pa.string())).to_pylist()
     assert got == [exact_ns_oracle(t) for t in texts]
-    assert ingest.microseconds_to_ns(pa.array(['"12"', "null", "true", "[1]", None], pa.string())).null_count == 5
+    assert microseconds_to_ns(pa.array(['"12"', "null", "true", "[1]", None], pa.string())).null_count == 5
     mixed = ["10", None, "1.5", '"bad"', "-1.00051", "7", None]  # integers, decimals, and the rare forms together
-    assert ingest.microseconds_to_ns(pa.array(mixed, pa.string())).to_pylist() == [
+    assert microseconds_to_ns(pa.array(mixed, pa.string())).to_pylist() == [
         None if t is None or t.startswith('"') else exact_ns_oracle(t) for t in mixed]
 
 

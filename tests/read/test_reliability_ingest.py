@@ -20,7 +20,8 @@ from tests.conftest import REPO, shared_trace
 from tests.support import raw_trace
 from tests.support.invariants import accounted_entries, assert_graph_invariants
 from tracekit.query import analyses
-from tracekit.read import kineto as ingest
+from tracekit.read.kineto import _read_streamed, read_trace
+from tracekit.read.text import NotStreamable, read_text, text_limit
 
 
 def gunzipped(path: Path) -> bytes:
@@ -135,7 +136,7 @@ def test_cut_inside_a_later_gzip_member(tmp_path):
     second = zlib.decompressobj(wbits=31).decompress(members[len(gzip.compress(text[:50_000])):len(members) - 2000])
     complete = raw_trace.complete_entries(gunzipped_text + second)
     tables = tracekit.load(path)
-    assert ingest.read_text(path) == (gunzipped_text + second, True)
+    assert read_text(path) == (gunzipped_text + second, True)
     assert 50_000 < len(gunzipped_text + second) < len(text)
     assert tables.events.num_rows == len(complete) and accounted_entries(tables) == len(complete) + 1
     assert tables.polars("events")["name"].to_list() == [f"op{i}" for i in range(len(complete))]
@@ -150,9 +151,9 @@ def test_cut_file_read_whole_when_a_chunk_fails(tmp_path):
     at = len(text) * 2 // 3
     path = tmp_path / "tricky.json"
     path.write_bytes(text[:at])
-    with pytest.raises(ingest.NotStreamable):
-        ingest._read_streamed(path, 512)
-    parts = ingest.read_trace(path, chunk_bytes=512)
+    with pytest.raises(NotStreamable):
+        _read_streamed(path, 512)
+    parts = read_trace(path, chunk_bytes=512)
     complete = raw_trace.complete_entries(text[:at])
     assert parts.entries.entry_count == len(complete) + 1
     assert parts.entries.events.column("name").to_pylist() == [e["name"] for e, _ in complete if e["ph"] == "X"]
@@ -359,7 +360,7 @@ def test_gzip_limit_is_set_by_environment(tmp_path, monkeypatch):
                                                   "TRACEKIT_MAX_TRACE_BYTES sets"):
         tracekit.load(path)
     with pytest.raises(tracekit.InputError, match="more than 65,536 bytes"):
-        ingest.read_text(path)  # the whole-file reader is bounded too
+        read_text(path)  # the whole-file reader is bounded too
     monkeypatch.setenv("TRACEKIT_MAX_TRACE_BYTES", str(len(text)))
     assert tracekit.load(path).events.num_rows == 2000
     monkeypatch.setenv("TRACEKIT_MAX_TRACE_BYTES", "lots")
@@ -369,7 +370,7 @@ def test_gzip_limit_is_set_by_environment(tmp_path, monkeypatch):
 
 def test_default_gzip_limit_follows_file_size(monkeypatch):
     monkeypatch.delenv("TRACEKIT_MAX_TRACE_BYTES", raising=False)
-    assert ingest.text_limit(1000) == 256 << 20
-    assert ingest.text_limit(10 << 30) == 1000 << 30
+    assert text_limit(1000) == 256 << 20
+    assert text_limit(10 << 30) == 1000 << 30
     monkeypatch.setenv("TRACEKIT_MAX_TRACE_BYTES", "2G")
-    assert ingest.text_limit(10 << 30) == 2 << 30
+    assert text_limit(10 << 30) == 2 << 30

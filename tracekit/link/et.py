@@ -20,7 +20,7 @@ from tracekit import schema
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.read.execution_trace import execution_trace_rank, read_execution_trace
-from tracekit.read.kineto import ParsedFile, parse_file
+from tracekit.read.text import ParsedFile, parse_file
 
 LINKABLE_KINDS = ("cpu_op", "user_annotation")
 _encode = msgspec.json.encode

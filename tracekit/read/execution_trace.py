@@ -22,7 +22,9 @@ import pyarrow.compute as pc
 
 from tracekit import schema
 from tracekit.errors import InputError
-from tracekit.read.kineto import RANK_FILE_PATTERN, ParsedFile, raw_text
+from tracekit.read.columns import raw_text
+from tracekit.read.ranks import RANK_FILE_PATTERN
+from tracekit.read.text import ParsedFile
 
 # --------------------------------------------------------------------------- decoding
 

@@ -33,7 +33,7 @@ import msgspec
 
 from tracekit.errors import InputError
 from tracekit.output.atomic import created_dir, replacing_files
-from tracekit.read.kineto import gc_paused
+from tracekit.read.entries import gc_paused
 
 GROUND_TRUTH_FILE = "ground_truth.json"
 MERGED_DIR = "merged"  # beside the rank files it would claim their ranks twice in a directory ingest
