@@ -80,6 +80,7 @@ def test_load_warns_about_a_cut_file_and_keeps_its_complete_entries(cut_trace):
     assert message.startswith(f"{path}: truncated at byte {at} (of the decompressed text); 5 complete entries")
     detail = tables.polars("diagnostics").filter(reason="truncated")["detail"].to_list()
     assert message == f"{path}: {detail[0]}"
+    assert cut[0].filename == __file__  # shown at the notebook's line that called load, not inside tracekit
 
 
 def test_a_complete_file_gives_no_warning(cut_trace, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -133,6 +134,18 @@ def cut_files(diagnostics: pa.Table) -> list[tuple[str, str]]:
 
 
 def warn_about_cut_files(diagnostics: pa.Table) -> None:
-    """A CutTraceWarning for each cut trace file named in DIAGNOSTICS."""
+    """A CutTraceWarning for each cut trace file named in DIAGNOSTICS, shown at the caller's line that called
+    tracekit (not a line inside it)."""
     for source, detail in cut_files(diagnostics):
-        warnings.warn(f"{source}: {detail}", CutTraceWarning, stacklevel=2)
+        warnings.warn(f"{source}: {detail}", CutTraceWarning, stacklevel=outside_tracekit())
+
+
+def outside_tracekit() -> int:
+    """The `stacklevel` of the first frame outside this package, for a warning issued by the caller of this."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+PACKAGE_DIR = str(Path(__file__).parent) + os.sep
