@@ -1,12 +1,23 @@
-"""Where inputs are resolved and checked, for the API and the CLI alike: trace files and directories of them,
-ingested datasets, and what makes an input unusable."""
+"""Where inputs are resolved and checked, for the API and the CLI alike.
+
+`resolve_inputs` says what the paths a user gave name: one ingested dataset, or trace files (directories expanded).
+`check_tables` applies the rules every reader of traces gets, from `tracekit.load`, `tracekit.open` or a command:
+an input with no events is refused (InputError), and each cut (truncated) trace file is reported as a
+`CutTraceWarning` (its complete entries were read; the `truncated` rows of `diagnostics` say where it was cut).
+"""
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
+import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
@@ -16,15 +27,43 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 NOT_TRACES = ("ground_truth.json",)  # written beside its traces by `tracekit synth`; skipped in directory scans
 
 
+class CutTraceWarning(UserWarning):
+    """A trace file ends mid-way (cut while written or copied): its complete entries were read, the rest is lost.
+
+    The message is `FILE: what was recovered`; the same text is the `detail` of the file's `truncated` row in the
+    `diagnostics` table. Silence it with `warnings.simplefilter("ignore", tracekit.CutTraceWarning)`, or turn it into
+    an error with "error".
+    """
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The paths a user gave, resolved: one ingested dataset, or the trace files they name."""
+
+    given: tuple[str | Path, ...]  # as given (messages name these)
+    dataset: Path | None = None  # the ingested dataset folder, when the input is exactly one
+    files: tuple[Path, ...] = ()  # the trace files (directories expanded, sorted); empty for a dataset
+
+    @property
+    def label(self) -> str:
+        return ", ".join(map(str, self.given))
+
+
+def resolve_inputs(paths: str | Path | Iterable[str | Path] | Inputs) -> Inputs:
+    """What PATHS name: exactly one ingested dataset folder, or trace files and directories of them (checked to
+    exist and be regular files; InputError naming the path otherwise). Inputs already resolved are returned as
+    they are."""
+    if isinstance(paths, Inputs):
+        return paths
+    given = (paths,) if isinstance(paths, (str, Path)) else tuple(paths)
+    if len(given) == 1 and is_dataset(Path(given[0])):
+        return Inputs(given, dataset=Path(given[0]))
+    return Inputs(given, files=tuple(find_trace_files(given)))
+
+
 def is_dataset(path: Path) -> bool:
-    return path_kind(path / DATASET_MARKER) == "file"
-
-
-def dataset_input(paths: list[str | Path]) -> Path | None:
-    """The ingested dataset folder when PATHS is exactly one, else None: the one test of "is this a dataset"."""
-    if len(paths) == 1 and path_kind(Path(paths[0])) == "dir" and is_dataset(Path(paths[0])):
-        return Path(paths[0])
-    return None
+    """The one test of "is this an ingested dataset": a folder holding the `_tracekit.json` marker."""
+    return path_kind(Path(path) / DATASET_MARKER) == "file"
 
 
 def path_kind(path: Path) -> str | None:
@@ -47,6 +86,8 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
     for p in map(Path, paths):
         kind = path_kind(p)
         if kind == "dir":
+            if is_dataset(p):
+                raise InputError(f"{p}: an ingested dataset is read on its own (give it as the only input)")
             found = sorted(f for f in p.iterdir()
                            if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and f.name not in NOT_TRACES)
             if not found:
@@ -66,15 +107,45 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def refuse_no_events(tables: TraceTables, files: list[str | Path]) -> None:
-    """InputError when the files hold nothing to analyse: no event, instant or Execution Trace node.
+def check_tables(tables: TraceTables, inputs: Inputs, require_events: bool = True) -> TraceTables:
+    """The tables read from INPUTS, checked: refused when they hold no events (unless not `require_events`), and a
+    CutTraceWarning for each cut trace file among them."""
+    if require_events:
+        refuse_no_events(tables, list(inputs.given))
+    warn_about_cut_files(tables.diagnostics)
+    return tables
 
-    `load` refuses only inputs with no entry at all; the commands refuse these too (an empty report helps nobody),
-    while a notebook can still look at the diagnostics of a file whose every entry was unusable.
-    """
+
+def refuse_no_events(tables: TraceTables, files: list[str | Path]) -> None:
+    """InputError when the files hold nothing to analyse: no event, instant or Execution Trace node (an empty
+    report or query result helps nobody; the message says whether entries were there but unusable)."""
     if tables.events.num_rows or tables.instants.num_rows or tables.et_nodes.num_rows:
         return
     named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
     dropped = sum(tables.diagnostics.column("dropped").to_pylist())
     why = f"none of its {dropped:,} entries is a usable event" if dropped else "traceEvents is empty"
     raise InputError(f"{named}: no trace events ({why})")
+
+
+def cut_files(diagnostics: pa.Table) -> list[tuple[str, str]]:
+    """(file, what was recovered) for each cut trace file: the `truncated` rows of a diagnostics table."""
+    cut = diagnostics.filter(pc.equal(diagnostics.column("reason"), "truncated"))
+    return list(dict.fromkeys(zip(cut.column("source_file").to_pylist(), cut.column("detail").to_pylist())))
+
+
+def warn_about_cut_files(diagnostics: pa.Table) -> None:
+    """A CutTraceWarning for each cut trace file named in DIAGNOSTICS, shown at the caller's line that called
+    tracekit (not a line inside it)."""
+    for source, detail in cut_files(diagnostics):
+        warnings.warn(f"{source}: {detail}", CutTraceWarning, stacklevel=outside_tracekit())
+
+
+def outside_tracekit() -> int:
+    """The `stacklevel` of the first frame outside this package, for a warning issued by the caller of this."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+PACKAGE_DIR = str(Path(__file__).parent) + os.sep

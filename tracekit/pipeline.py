@@ -17,7 +17,7 @@ import pyarrow as pa
 from tracekit import schema
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import dataset_input, find_trace_files, refuse_no_events
+from tracekit.inputs import Inputs, check_tables, resolve_inputs
 from tracekit.link.edges import build_edges
 from tracekit.link.et import attach_execution_traces
 from tracekit.read.dataset import read_dataset
@@ -26,8 +26,9 @@ from tracekit.read.kineto import FileTables, TraceParts, file_rank, rank_tables,
 Progress = Callable[[Path, int], None]  # called after each file with (path, bytes read)
 
 
-def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
-         progress: Progress | None = None, edges: bool = True, workers: int | None = None) -> TraceTables:
+def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = None,
+         progress: Progress | None = None, edges: bool = True, workers: int | None = None,
+         require_events: bool = True) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
     among the files are read and linked to them (tracekit.et).
 
@@ -35,11 +36,23 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
     dependency graph is built too; an ingested dataset already holds it. With `workers` > 1, that many processes
     read several files at once (like any multiprocessing code, a script using them needs the
     `if __name__ == "__main__":` guard).
+
+    The input rules of the commands apply (`tracekit.inputs`): a bad path, or an input with no events, raises
+    InputError with the message a command prints; with `require_events=False` such an input gives its tables anyway,
+    to look at their `diagnostics` (why each entry was dropped). A cut trace file, whose complete entries are read,
+    issues a `tracekit.CutTraceWarning` (and has a `truncated` row in `diagnostics`).
     """
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    if (dataset := dataset_input(paths)) is not None:
-        return read_dataset(dataset)
-    files = find_trace_files(paths)
+    inputs = resolve_inputs(paths)
+    if inputs.dataset is not None:
+        tables = read_dataset(inputs.dataset)
+    else:
+        tables = read_files(list(inputs.files), rank, progress, edges, workers)
+    return check_tables(tables, inputs, require_events)
+
+
+def read_files(files: list[Path], rank: int | None, progress: Progress | None, edges: bool,
+               workers: int | None) -> TraceTables:
+    """The stages in order over trace files: read each (ranks applied), link (edges, Execution Traces)."""
     if rank is not None and len(files) > 1:
         raise InputError(f"--rank {rank}: applies to one trace file, but {len(files)} were given")
 
@@ -76,10 +89,7 @@ def load(paths: str | Path | Iterable[str | Path], rank: int | None = None,
                             for name in TraceTables.names()})
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
     tables = build_edges(tables) if edges else tables
-    tables = attach_execution_traces(tables, execution_traces)
-    if not tables.diagnostics.num_rows:  # entries that make no row are in diagnostics: none of either is nothing
-        refuse_no_events(tables, files)
-    return tables
+    return attach_execution_traces(tables, execution_traces)
 
 
 def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:

@@ -168,7 +168,7 @@ def test_graph_failing_keeps_the_old_file(tables, tmp_path, monkeypatch, suffix,
 
 
 def test_synth_failing_keeps_the_previous_output(tmp_path, monkeypatch):
-    monkeypatch.setattr(synth, "write_json", fail_on_call(2, synth.write_json))
+    monkeypatch.setattr(synth.writer, "write_json", fail_on_call(2, synth.writer.write_json))
     with pytest.raises(Boom):
         synth.generate(tmp_path / "new", ranks=2, steps=1, merged=True)
     assert list(tmp_path.iterdir()) == []
@@ -176,7 +176,7 @@ def test_synth_failing_keeps_the_previous_output(tmp_path, monkeypatch):
 
     synth.generate(tmp_path / "out", ranks=3, steps=1)
     before = snapshot(tmp_path)
-    monkeypatch.setattr(synth, "write_json", fail_on_call(2, synth.write_json))
+    monkeypatch.setattr(synth.writer, "write_json", fail_on_call(2, synth.writer.write_json))
     with pytest.raises(Boom):
         synth.generate(tmp_path / "out", ranks=2, steps=1, seed=1, gzip=True)
     assert snapshot(tmp_path) == before

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli import load_with_progress, stdout, user_errors
+from tracekit.cli.app import load_traces, main, stdout, user_errors
 from tracekit.output.files import refuse_input_dir
 
 
@@ -29,7 +29,7 @@ def chakra_command(traces, out_dir, prefix, rank):
     simulators."""
     from tracekit.output.chakra import write_chakra
     refuse_input_dir(out_dir, traces)
-    tables = load_with_progress(traces, rank)
+    tables = load_traces(traces, rank)
     started = time.perf_counter()
     paths = write_chakra(tables, out_dir, prefix)
     stdout.print(f"wrote {len(paths)} Chakra ET file{'s' * (len(paths) != 1)} to {out_dir} "
@@ -55,13 +55,12 @@ def timeline_command(traces, out_path, step, critical_path, rank):
     from tracekit.output.files import refuse_input_file
     from tracekit.output.timeline import write_timeline
     refuse_input_file(out_path, traces)
-    tables = load_with_progress(traces, rank)
+    tables = load_traces(traces, rank)
     started = time.perf_counter()
     summary = write_timeline(tables, out_path, step=step, critical_path=critical_path, inputs=traces)
     stdout.print(f"wrote {out_path}: {summary.slices:,} slices on {summary.tracks:,} tracks, {summary.flows:,} "
                  f"flows, {summary.path_segments:,} critical-path segments ({time.perf_counter() - started:.1f} s)")
 
 
-def register(main: click.Group) -> None:
-    main.add_command(export_group)
-    main.add_command(timeline_command)
+main.add_command(export_group)
+main.add_command(timeline_command)

@@ -7,43 +7,37 @@ from pathlib import Path
 import click
 
 from tracekit import replay as replaying
-from tracekit.engine.tables import TraceTables
-from tracekit.errors import InputError
+from tracekit.cli.app import load_traces, main, user_errors
+from tracekit.cli.query import check_output, emit
 from tracekit.output.files import refuse_input_file
 
 
-def register(main: click.Group) -> None:
-    from tracekit.cli import check_output, emit, open_database, user_errors
-
-    @main.command(name="replay")
-    @click.argument("traces", nargs=-1, required=True)
-    @click.option("--scale", "scales", multiple=True, metavar="SELECTOR=FACTOR",
-                  help="Multiply the time of the selection by FACTOR (repeatable). SELECTOR: kernel:PATTERN (GPU ops "
-                       "whose name contains PATTERN), op:PATTERN (a CPU op with the GPU work it launched), "
-                       "category:NAME (computation, communication, memcpy, or an op category such as GEMM), "
-                       "cpu:PATTERN (host time alone).")
-    @click.option("--remove", "removes", multiple=True, metavar="SELECTOR",
-                  help="Take the selection's own time out, keeping its dependencies (repeatable).")
-    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
-                  help="table (default), csv or json.")
-    @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
-                  help="Also write the replayed timeline (Chrome-trace JSON, FILE.json.gz) for Perfetto UI: the "
-                       "'after' picture of the what-if.")
-    @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
-    @user_errors
-    def replay_command(traces, scales, removes, fmt, out_path, max_rows):
-        """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
-        the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
-        graph as measured."""
-        scale = [replaying.parse_scale(text) for text in scales]
-        remove = [replaying.Selector.parse(text) for text in removes]
-        check_output(fmt, None, traces)
-        if out_path is not None:
-            refuse_input_file(out_path, traces)
-        with open_database(list(traces)) as db:
-            tables = TraceTables(**{name: db.arrow(name) for name in TraceTables.names()})
-        if not tables.events.num_rows:
-            raise InputError(f"{', '.join(traces)}: no events to replay")
-        emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path), fmt, None, max_rows, traces,
-             title="replay: measured and predicted step time")
+@main.command(name="replay")
+@click.argument("traces", nargs=-1, required=True)
+@click.option("--scale", "scales", multiple=True, metavar="SELECTOR=FACTOR",
+              help="Multiply the time of the selection by FACTOR (repeatable). SELECTOR: kernel:PATTERN (GPU ops "
+                   "whose name contains PATTERN), op:PATTERN (a CPU op with the GPU work it launched), "
+                   "category:NAME (computation, communication, memcpy, or an op category such as GEMM), "
+                   "cpu:PATTERN (host time alone).")
+@click.option("--remove", "removes", multiple=True, metavar="SELECTOR",
+              help="Take the selection's own time out, keeping its dependencies (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
+              help="table (default), csv or json.")
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the replayed timeline (Chrome-trace JSON, FILE.json.gz) for Perfetto UI: the "
+                   "'after' picture of the what-if.")
+@click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
+@user_errors
+def replay_command(traces, scales, removes, fmt, out_path, max_rows):
+    """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
+    the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
+    graph as measured."""
+    scale = [replaying.parse_scale(text) for text in scales]
+    remove = [replaying.Selector.parse(text) for text in removes]
+    check_output(fmt, None, traces)
+    if out_path is not None:
+        refuse_input_file(out_path, traces)
+    tables = load_traces(traces)
+    emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path), fmt, None, max_rows, traces,
+         title="replay: measured and predicted step time")
 

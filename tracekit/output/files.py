@@ -1,5 +1,6 @@
-"""Output paths checked against the inputs (an output never overwrites or deletes an input), and one output file
-written safely (tracekit.atomic)."""
+"""The one place output paths are checked, for the API and the CLI alike: against the inputs (an output never
+overwrites or deletes an input), and an output file's folder, kind and existence; and one output file written
+safely (tracekit.output.atomic)."""
 
 from __future__ import annotations
 
@@ -59,22 +60,30 @@ def refuse_input_dir(output: Path, inputs: Iterable[str | Path]) -> None:
             raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
 
 
-def write_output_file(path: str | Path, write: Callable[[Path], object], inputs: Iterable[str | Path] = (),
-                      force: bool = True) -> Path:
-    """Write one output file through `write(temporary_path)`, then rename it to `path`.
-
-    Refused (InputError) when `path` is a directory, its directory does not exist, it would overwrite one of
-    `inputs`, or (without `force`) it exists. A failing `write` leaves no file behind and an existing `path`
-    untouched.
-    """
+def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), force: bool = True,
+                      file_hint: str = "a file name") -> Path:
+    """The checks an output file passes before anything is read or written (InputError otherwise): `path` is not a
+    directory (the message asks for FILE_HINT), its directory exists, it would not overwrite one of `inputs`, and
+    (without `force`) it does not exist."""
     path = Path(path)
     if path.is_dir():
-        raise InputError(f"{path}: is a directory (give a file name)")
+        raise InputError(f"{path}: is a directory (give {file_hint})")
     if not path.parent.is_dir():
         raise InputError(f"{path.parent}: no such directory")
     refuse_input_file(path, inputs)
     if path.exists() and not force:
         raise InputError(f"{path}: exists (use --force to replace it)")
+    return path
+
+
+def write_output_file(path: str | Path, write: Callable[[Path], object], inputs: Iterable[str | Path] = (),
+                      force: bool = True) -> Path:
+    """Write one output file through `write(temporary_path)`, then rename it to `path`.
+
+    Refused (InputError) as `check_output_file` says. A failing `write` leaves no file behind and an existing
+    `path` untouched.
+    """
+    path = check_output_file(path, inputs, force)
     with replacing_file(path) as temp:
         write(temp)
     return path

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,6 +25,7 @@ from tracekit.engine.catalog import data_dir
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import created_dir, replacing_files
+from tracekit.output.files import refuse_input_file
 from tracekit.output.xlsx import (
     Block,
     Chart,
@@ -194,9 +195,10 @@ def non_empty(name: str, parts: list[tuple[Block, pl.DataFrame]]) -> list[Sheet]
     return [Sheet(name, shaped)] if shaped else []
 
 
-def check_out_dir(out_dir: Path, force: bool) -> None:
-    """Fail early (InputError) when OUT cannot take the workbooks; without `force`, when it already holds some.
-    Creates nothing: OUT is made when the workbooks are written."""
+def check_out_dir(out_dir: Path, force: bool, inputs: Iterable[str | Path] = ()) -> None:
+    """Fail early (InputError) when OUT cannot take the workbooks; without `force`, when it already holds some; when
+    a workbook there that would be replaced or removed is one of `inputs`. Creates nothing: OUT is made when the
+    workbooks are written."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
@@ -211,6 +213,8 @@ def check_out_dir(out_dir: Path, force: bool) -> None:
         found = existing_workbooks(out_dir)
         if found and not force:
             raise InputError(f"{found[0]}: exists (use --force to replace the workbooks in {out_dir})")
+        for workbook in found:
+            refuse_input_file(workbook, inputs)
 
 
 def existing_workbooks(out_dir: Path) -> list[Path]:

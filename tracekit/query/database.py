@@ -25,7 +25,7 @@ from tracekit import schema
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import dataset_input
+from tracekit.inputs import Inputs, resolve_inputs, warn_about_cut_files
 from tracekit.pipeline import load
 from tracekit.query import analyses, step_scope
 from tracekit.read.dataset import check_dataset, check_dataset_rows, dataset_table_files, first_line
@@ -135,15 +135,19 @@ class TraceDatabase:
         return name
 
 
-def open_traces(inputs: str | Path | list[str | Path], rank: int | None = None, progress=None) -> TraceDatabase:
+def open_traces(inputs: str | Path | list[str | Path] | Inputs, rank: int | None = None,
+                progress=None) -> TraceDatabase:
     """Open trace files, directories of ranks, or one ingested dataset (in place, nothing re-parsed).
 
-    `rank` and `progress` as in `tracekit.load`.
+    `rank` and `progress` as in `tracekit.load`, and the same input rules: InputError for an input with no events,
+    a `tracekit.CutTraceWarning` for each cut trace file (in a dataset: each cut when it was ingested).
     """
-    paths = [inputs] if isinstance(inputs, (str, Path)) else list(inputs)
-    if (dataset := dataset_input(paths)) is not None:
-        return open_dataset(dataset)
-    return from_tables(load(paths, rank=rank, progress=progress), ", ".join(map(str, paths)))
+    inputs = resolve_inputs(inputs)
+    if inputs.dataset is not None:
+        db = open_dataset(inputs.dataset)
+        warn_about_cut_files(db.sql_arrow("from diagnostics where reason = 'truncated'"))
+        return db
+    return from_tables(load(inputs, rank=rank, progress=progress), inputs.label)
 
 
 def from_tables(tables: TraceTables, source: str = "tables") -> TraceDatabase:

@@ -1,0 +1,115 @@
+"""The `tracekit` command group and what every command shares: user errors as one line and exit code 2, warnings as
+`tracekit: warning:` lines and exit code 3, and reading inputs through the API with a progress bar."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.inputs import CutTraceWarning, Inputs, resolve_inputs
+from tracekit.pipeline import load
+from tracekit.query.database import TraceDatabase, open_traces
+
+# soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
+# squeezed into rich's default 80 columns.
+stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() or "COLUMNS" in os.environ else 240)
+stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240)
+
+# The work is done but incomplete: read from a cut trace file, or an analysis failed and was left out
+# (1: regression gate, 2: user error)
+INCOMPLETE_EXIT_CODE = 3
+
+
+def user_errors(fn):
+    """Turn InputError, and an OSError about a path the user gave (a name too long, a folder not writable), into
+    one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InputError as exc:
+            click.echo(f"tracekit: error: {exc}", err=True)
+            sys.exit(2)
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            click.echo(f"tracekit: error: {exc.filename}: {(exc.strerror or str(exc)).lower()}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracekit")
+def main():
+    """Turn PyTorch profiler traces into answers: tables, SQL, Excel reports, diffs."""
+
+
+@main.result_callback()
+def incomplete_exit_code(_result, **_params):
+    """After a command finished normally: exit code 3 if it read a cut trace file or left out a failed analysis."""
+    if click.get_current_context().meta.get("tracekit_incomplete"):
+        sys.exit(INCOMPLETE_EXIT_CODE)
+
+
+def warn(lines: Iterable[str]) -> None:
+    """One `tracekit: warning:` line each; the command then ends with INCOMPLETE_EXIT_CODE."""
+    for line in lines:
+        click.echo(f"tracekit: warning: {line}", err=True)
+        click.get_current_context().meta["tracekit_incomplete"] = True
+
+
+def warn_about_failed_analyses(failures: dict[str, str]) -> None:
+    """One warning line per analysis that failed (the rest of the output is written without it)."""
+    warn(f"analysis {name} failed and was left out: {' '.join(reason.split())}" for name, reason in failures.items())
+
+
+@contextmanager
+def cut_files_reported() -> Iterator[None]:
+    """The API's CutTraceWarnings issued inside, as warning lines (other warnings go on as they were)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CutTraceWarning)
+        yield
+    warn(str(w.message) for w in caught if issubclass(w.category, CutTraceWarning))
+    for w in caught:
+        if not issubclass(w.category, CutTraceWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+@contextmanager
+def progress_bar(inputs: Inputs) -> Iterator:
+    """The `progress` callback of `load`: a bar on a terminal when the input is several files or large, else None."""
+    files = inputs.files
+    if not files or len(files) == 1 and files[0].stat().st_size < 20_000_000 or not stderr.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn("reading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
+                  TimeElapsedColumn(), console=stderr, transient=True) as bar:
+        task = bar.add_task("read", total=len(files))
+        yield lambda path, size: bar.advance(task)
+
+
+def load_traces(paths: Iterable[str], rank: int | None = None) -> TraceTables:
+    """`tracekit.load` (its input rules: InputError for no events, a warning line per cut trace file), with a
+    progress bar."""
+    inputs = resolve_inputs(paths)
+    with cut_files_reported(), progress_bar(inputs) as progress:
+        return load(inputs, rank=rank, progress=progress)
+
+
+def open_database(paths: Iterable[str], rank: int | None = None) -> TraceDatabase:
+    """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place."""
+    inputs = resolve_inputs(paths)
+    with cut_files_reported(), progress_bar(inputs) as progress:
+        return open_traces(inputs, rank=rank, progress=progress)

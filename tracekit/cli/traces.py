@@ -1,0 +1,105 @@
+"""The commands that read traces and write files: ingest (a Parquet dataset), report (Excel workbooks), graph
+(GraphML / DOT), and synth (synthetic traces with their ground truth)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit import synth as synthetic
+from tracekit.cli.app import load_traces, main, stderr, stdout, user_errors, warn_about_failed_analyses
+from tracekit.output.dataset import write_dataset
+from tracekit.output.files import refuse_input_dir, refuse_input_file
+from tracekit.output.graph import graph_writer, write_graph
+from tracekit.output.terminal import QUERIES, print_summary
+from tracekit.output.terminal import progress_bar as analyses_progress
+from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the Parquet dataset to (one folder per table, rank=N/ partitions).")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
+@user_errors
+def ingest(traces, out_dir, rank, force):
+    """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    refuse_input_dir(out_dir, traces)
+    tables = load_traces(traces, rank)
+    write_dataset(tables, out_dir, force=force)
+    counts = ", ".join(f"{name} {t.num_rows:,}" for name, t in tables.items() if t.num_rows)
+    dropped = sum(tables.diagnostics.column("dropped").to_pylist())
+    stdout.print(f"wrote {out_dir}: ranks {tables.rank_list}; {counts}"
+                 + (f"; {dropped} entries dropped (see diagnostics)" if dropped else ""))
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
+@user_errors
+def report(traces, out_dir, rank, force):
+    """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
+    check_out_dir(out_dir, force, inputs=traces)
+    tables = load_traces(traces, rank)
+    problems: list[str] = []
+    with analyses_progress(stderr) as progress:
+        done = run_analyses(tables, progress, extra=QUERIES)
+        paths = write_reports(tables, out_dir, force, analyses_done=done, problems=problems, progress=progress)
+    print_summary(stdout, done, paths, problems)
+    warn_about_failed_analyses(done.failures)
+
+
+@main.command()
+@click.option("--ranks", type=click.IntRange(min=1), default=2, show_default=True, help="Number of ranks (one file each).")
+@click.option("--steps", type=click.IntRange(min=1), default=4, show_default=True, help="Profiler steps per rank.")
+@click.option("--seed", type=int, default=0, show_default=True, help="The job: model shapes, kernel speeds, rank skew.")
+@click.option("--scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Multiplies the number of ops per step (layers): --ranks 2 --steps 4 --scale 117 gives about 1M events.")
+@click.option("--noise", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Sigma of the log-normal jitter applied to every duration.")
+@click.option("--noise-seed", type=int, default=0, show_default=True,
+              help="With the same --seed, another capture of the same job.")
+@click.option("--slow-kernel", "slow_kernels", multiple=True, metavar="NAME=FACTOR",
+              help="Multiply the durations of kernels whose name contains NAME (repeatable).")
+@click.option("--queued-kernels", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Kernels queued before the profiling window: on the GPU, with no launch call in the trace.")
+@click.option("--merged", is_flag=True, help="Also write merged/merged.json holding every rank (TraceFuse style).")
+@click.option("--gzip", "gzip_output", is_flag=True, help="Write .json.gz files.")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory for rank{r}.json and ground_truth.json.")
+@user_errors
+def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, out_dir):
+    """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
+    paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
+                               slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
+                               merged=merged, gzip=gzip_output)
+    entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])
+    stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
+                 f"({ranks} ranks, {entries:,} trace events) and {synthetic.GROUND_TRUTH_FILE}")
+
+
+@main.command(name="graph")
+@click.argument("traces", nargs=-1, required=True)
+@click.option("--step", type=int, default=None,
+              help="Window: training step N (ProfilerStep#N of each rank; its events as `run --step` selects them).")
+@click.option("--start-ns", type=int, default=None, help="Window start, epoch ns (with --end-ns).")
+@click.option("--end-ns", type=int, default=None, help="Window end, epoch ns (exclusive).")
+@click.option("-o", "--out", "outs", multiple=True, required=True, type=click.Path(path_type=Path),
+              help="File to write: *.graphml (GraphML) or *.dot / *.gv (Graphviz DOT). Repeat for both.")
+@click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@user_errors
+def graph_command(traces, step, start_ns, end_ns, outs, rank):
+    """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
+    them)."""
+    for out in outs:
+        graph_writer(out)  # refuse an unknown format before reading anything
+        refuse_input_file(out, traces)
+    tables = load_traces(traces, rank)
+    for out in outs:
+        graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
+        click.echo(f"wrote {out}: {graph.nodes.num_rows:,} nodes, {graph.edges.num_rows:,} edges")
