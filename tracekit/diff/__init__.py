@@ -289,10 +289,11 @@ def pseudo_rank_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> pl
     """Replace the tables registered on `con` by views with one pseudo-rank per (rank, step); return the mapping
     (pseudo, rank, step), or None (views untouched) when no rank holds 2 steps or pseudo-ranks would overflow.
 
-    Step membership is step_members() (queries/_steps.sql), as for every command's --step. Instants, flows and
+    Step membership is step_members() (queries/lib/steps.sql), as for every command's --step. Instants, flows and
     Execution Trace tables are empty in the views (the per-step analyses do not read them); edges keep only links
     within one step.
     """
+    catalog.load_includes(con, ["lib/steps"])
     members = con.sql("select rank, id, step from step_members()").to_arrow_table()
     con.register("members", members)
     mapping = con.sql("""
