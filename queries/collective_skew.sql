@@ -1,5 +1,6 @@
 -- question: For each collective, how far apart did the ranks arrive, and which rank was last (everyone waited for it)?
 -- inputs: events, edges, ranks
+-- includes: lib/collectives
 -- columns:
 --   process_group: process group (as in collectives)
 --   seq: order of the collective within the process group (as in collectives): the same seq on every rank is

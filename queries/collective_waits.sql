@@ -1,5 +1,6 @@
 -- question: How long did each rank wait in each collective for the last rank to arrive?
 -- inputs: events, edges, ranks
+-- includes: lib/collectives
 -- columns:
 --   rank: rank
 --   process_group: process group (as in collectives)

@@ -1,5 +1,6 @@
 -- question: What did each NCCL/RCCL collective move, how long did it take, and at what bandwidth?
 -- inputs: events, edges, ranks
+-- includes: lib/collectives
 -- columns:
 --   rank: rank
 --   process_group: `Process Group Name` (unknown where the trace does not say)

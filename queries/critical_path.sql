@@ -1,6 +1,7 @@
 -- question: What chain of work bounds each step's duration (the whole trace where a rank has no steps), and where
 --   does its time go?
 -- inputs: events, edges
+-- includes: lib/critical_path, lib/steps
 -- columns:
 --   rank: rank
 --   step: N of ProfilerStep#N (null: the whole trace of a rank without steps)
@@ -17,7 +18,7 @@
 --   window_start_ns: ns, start of the step (or trace)
 --   window_end_ns: ns, end of the step (or trace)
 -- notes: A step's window is its CPU ProfilerStep#N annotation (steps); without steps, from the first start to the
---   last end of the rank's CPU events and GPU ops. The walk (queries/_critical_path.sql) goes backward from the
+--   last end of the rank's CPU events and GPU ops. The walk (queries/lib/critical_path.sql) goes backward from the
 --   event that ends last in the window, each time to the predecessor that became ready last: on a thread the
 --   last child / previous sibling / parent (HTA's assumption that CPU ops depend on the previous op of their
 --   thread), from a GPU op to the previous op on its stream, its launch call or a GPU op it waits on (sync

@@ -1,5 +1,6 @@
 -- question: How many FLOPs do the GEMM ops do, and what throughput and arithmetic intensity do they reach, per rank and shape?
 -- inputs: events, edges
+-- includes: lib/categories, lib/launches, lib/types
 -- columns:
 --   rank: rank
 --   name: op name (aten::mm, addmm, bmm, baddbmm, matmul, linear, _scaled_mm, or a GEMM autograd node such as AddmmBackward0)

@@ -1,5 +1,6 @@
 -- question: Where does GPU time go, per rank: computation, communication, memcpy, how much of it overlaps, and how long is the GPU idle?
 -- inputs: events, edges, ranks
+-- includes: lib/categories, lib/launches
 -- columns:
 --   rank: rank
 --   category: computation, communication, memcpy, exposed_communication, exposed_memcpy, busy, idle, total, no_launcher_excluded
@@ -9,7 +10,7 @@
 -- notes: TraceLens's definitions. GPU ops are kernels, memcpys and memsets that have a launch edge: GPU work
 --   without a launch call in the trace (queued before the profiling window) is left out and reported as
 --   no_launcher_excluded. communication = kernels named *nccl* or *rccl* (any case); memcpy = memcpy ops;
---   computation = every other kernel and every memset (gpu_timeline_category in _categories.sql). Each category
+--   computation = every other kernel and every memset (gpu_timeline_category in lib/categories.sql). Each category
 --   is the union of its ops' intervals over all streams and devices of the rank; exposed_communication =
 --   communication minus computation; exposed_memcpy = memcpy minus computation minus communication; busy = union of
 --   all; total = last end - first start of the counted ops; idle = total - busy. Computed by one sweep per rank over

@@ -1,14 +1,15 @@
 -- question: Which kernels does each CPU op launch, on which stream, and how long do they run, per rank?
 -- inputs: events, edges
+-- includes: lib/categories, lib/exact, lib/launches
 -- columns:
 --   rank: rank
 --   op_name: innermost cpu_op enclosing the launch call (null when there is none: see attribution)
---   op_category: category of op_name (rules in _categories.sql), from all the GPU work of that op name
+--   op_category: category of op_name (rules in lib/categories.sql), from all the GPU work of that op name
 --   attribution: op (launch call inside a cpu_op), no_enclosing_op (launch call outside every cpu_op), no_launcher (no launch call in the trace)
 --   kernel_name: GPU op name
 --   kind: kernel, memcpy or memset
 --   stream: GPU stream
---   category: kernel category from its name and kind (kernel_category in _categories.sql)
+--   category: kernel category from its name and kind (kernel_category in lib/categories.sql)
 --   count: GPU ops
 --   total_us: µs, summed durations
 --   mean_us: µs, mean duration

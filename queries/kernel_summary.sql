@@ -1,10 +1,11 @@
 -- question: Which GPU kernels (and memcpys, memsets) take the most GPU time, per rank (like nsys cuda_gpu_kern_sum)?
--- inputs: events
+-- inputs: events, edges
+-- includes: lib/categories, lib/exact, lib/launches
 -- columns:
 --   rank: rank
 --   kernel_name: GPU op name (events.name)
 --   kind: kernel, memcpy or memset
---   category: kernel category from the name and kind (kernel_category in _categories.sql)
+--   category: kernel category from the name and kind (kernel_category in lib/categories.sql)
 --   count: GPU ops with this name
 --   total_us: µs, summed durations
 --   mean_us: µs, mean duration

@@ -20,7 +20,7 @@
 -- notes: GPU ops without a launcher were queued before the profiling window (see diagnostics no_launcher). Sync
 --   events are unresolved when the trace does not say what they waited on (ids -1 from libkineto before its
 --   cuda_sync fix) or when that work is not in the trace; diagnostics holds one row per such event (reason sync_*).
---   The launch-call name test is the one tracekit.link.edges uses (LAUNCH_CALL_PATTERN).
+--   The launch-call name test is the one of queries/link/unlinked_launches.sql.
 with ranks as (
     select distinct rank from events
 ),

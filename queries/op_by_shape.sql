@@ -1,9 +1,10 @@
 -- question: Which op calls, told apart by input shapes and types, cost the most GPU and CPU time, per rank?
 -- inputs: events, edges
+-- includes: lib/launches
 -- columns:
 --   rank: rank
 --   name: op name
---   category: op category (rules in _categories.sql)
+--   category: op category (rules in lib/categories.sql)
 --   input_dims: JSON text, the calls' Input Dims (events.input_dims), null where the trace has none
 --   input_type: JSON text, the calls' Input type
 --   count: calls with this name, shape and type
@@ -20,6 +21,6 @@
 --   direct_gpu_ops: GPU ops launched directly
 --   percent_kernel: percent of the rank's direct kernel time
 --   cumulative_percent: running percent_kernel, largest first
--- notes: op_summary split by (input_dims, input_type); same definitions (see _launches.sql), so the rows of a name
+-- notes: op_summary split by (input_dims, input_type); same definitions (see lib/launches.sql), so the rows of a name
 --   add up to its op_summary row. The category of a shape row uses the GPU work of that shape's calls only.
 select * from op_rollup(true)

@@ -1,8 +1,9 @@
 -- question: How is GPU and CPU time split across op categories (GEMM, attention, elementwise, ...), per rank?
 -- inputs: events, edges
+-- includes: lib/launches
 -- columns:
 --   rank: rank
---   category: op category (rules in _categories.sql): GEMM, attention, convolution, normalization, elementwise, reduction, communication, memcpy/memset, other
+--   category: op category (rules in lib/categories.sql): GEMM, attention, convolution, normalization, elementwise, reduction, communication, memcpy/memset, other
 --   count: calls of ops in the category
 --   gpu_calls: calls that launched GPU work themselves
 --   ops: distinct op names in the category
@@ -13,7 +14,7 @@
 --   self_cpu_ms: ms, summed self CPU time
 -- notes: op_summary rolled up by category. Direct times add up without double counting (each GPU op has at most one
 --   innermost op); subtree times would not, so they are left out. TraceLens's ops_summary_by_category counts only
---   calls that launched GPU work (our gpu_calls) and names categories slightly differently (see _categories.sql).
+--   calls that launched GPU work (our gpu_calls) and names categories slightly differently (see lib/categories.sql).
 with by_category as (
     select rank, category, sum(count)::bigint as count, sum(gpu_calls)::bigint as gpu_calls, count(*) as ops,
            sum(direct_kernel_ms) as direct_kernel_ms, sum(total_cpu_ms) as total_cpu_ms,

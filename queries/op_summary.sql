@@ -1,9 +1,10 @@
 -- question: Which CPU ops cost the most GPU time and CPU time, per rank?
 -- inputs: events, edges
+-- includes: lib/launches
 -- columns:
 --   rank: rank
 --   name: op name (events.name of kind cpu_op)
---   category: op category (rules in _categories.sql): GEMM, attention, convolution, normalization, elementwise, reduction, communication, memcpy/memset, other
+--   category: op category (rules in lib/categories.sql): GEMM, attention, convolution, normalization, elementwise, reduction, communication, memcpy/memset, other
 --   count: calls
 --   gpu_calls: calls that launched GPU work themselves
 --   total_cpu_ms: ms, summed call durations on the CPU

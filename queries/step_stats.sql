@@ -1,6 +1,7 @@
 -- question: How much does each step metric vary from step to step on each rank (the noise floor a diff of two
 --   runs must exceed)?
 -- inputs: events, edges
+-- includes: lib/exact, lib/steps
 -- columns:
 --   rank: rank
 --   metric: a steps column: duration_ms, busy_ms, idle_ms, computation_ms, communication_ms,

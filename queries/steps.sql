@@ -1,5 +1,6 @@
 -- question: How long is each training step (ProfilerStep#N) on each rank, and how does the GPU spend it?
 -- inputs: events, edges
+-- includes: lib/steps
 -- columns:
 --   rank: rank
 --   step: N of ProfilerStep#N

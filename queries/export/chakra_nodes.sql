@@ -1,5 +1,6 @@
 -- question: Which Chakra ET nodes does each rank's trace make, of what type, and with what timing and attributes?
 -- inputs: events, edges, ranks
+-- includes: lib/categories, lib/collectives
 -- columns:
 --   rank: rank
 --   id: node id = events.id of the event the node stands for (unique within the rank)

@@ -1,5 +1,6 @@
 -- question: Which slices does the all-ranks timeline show, on which track, and as what Chrome-trace JSON?
 -- inputs: events, threads, $step (null: every event; N: step N's events as step_members() defines them)
+-- includes: lib/steps
 -- columns:
 --   rank: rank
 --   id: events.id

@@ -1,5 +1,6 @@
 -- question: Which events does one what-if selector pick, and what part of their time does it change?
 -- inputs: events, edges
+-- includes: lib/categories
 -- columns:
 --   rank: rank
 --   id: events.id

@@ -1,5 +1,5 @@
 """What a training step is, written in polars from the events and edges tables, independently of the SQL that
-tracekit runs (queries/_steps.sql): the oracle for every command's --step.
+tracekit runs (queries/lib/steps.sql): the oracle for every command's --step.
 
 Step N of a rank is its CPU `ProfilerStep#N` range (a user_annotation; a cpu_op in legacy traces; where a rank has
 several, the user_annotation, then the longest). An event belongs to at most one step: the one that started last at

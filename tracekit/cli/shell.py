@@ -120,9 +120,10 @@ def queries_frame() -> pl.DataFrame:
 
 
 def macros_frame(db: TraceDatabase) -> pl.DataFrame:
-    return db.sql("""
-        select function_name as macro, if(function_type = 'table_macro', 'table', 'scalar') as returns,
-               '(' || array_to_string(any_value(parameters), ', ') || ')' as parameters
-        from duckdb_functions()
-        where function_type in ('macro', 'table_macro') and not internal and schema_name = 'main'
-        group by all order by macro""")
+    """The public macros of queries/lib, as their files' headers document them (private `_helpers` left out)."""
+    rows = []
+    for macro, doc in catalog.public_macros().items():
+        parameters, _, meaning = doc.partition(": ")
+        rows.append({"macro": macro, "returns": catalog.macro_returns(macro), "parameters": parameters, "file": f"queries/{catalog.macro_files()[macro]}.sql",
+                     "meaning": meaning})
+    return pl.DataFrame(rows)

@@ -123,7 +123,7 @@ def compare_section(con, section: Section, sides: dict[str, Side], warmup: dict[
     con.register("metric_specs", pl.DataFrame(
         [(m.name, m.direction, m.aggregation, m.abs_floor) for m in section.metrics], orient="row",
         schema={"metric": pl.String, "direction": pl.Int32, "aggregation": pl.String, "abs_floor": pl.Float64}))
-    matched = con.sql(catalog.load_query("diff/compare").sql).pl()
+    matched = con.sql(catalog.ready(con, "diff/compare")).pl()
     return mark_deciders(section, judged(matched, settings))
 
 

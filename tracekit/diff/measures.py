@@ -80,7 +80,7 @@ def additive_measures(con, section: Section, totals: pl.DataFrame | None, per_st
     con.register("totals", totals_long)
     con.register("step_values", per_step_long)
     con.register("steps", steps.cast(STEP_SCHEMA))
-    return con.sql(catalog.load_query("diff/measures").sql).pl()
+    return con.sql(catalog.ready(con, "diff/measures")).pl()
 
 
 def collective_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:

@@ -1,22 +1,32 @@
-"""The SQL catalog: the files of `queries/`, their headers, and DuckDB connections with their macros defined.
+"""The SQL catalog: the files of `queries/`, their headers, and DuckDB connections with what a query needs defined.
 
-Each query file starts with a header of `-- key: value` comment lines:
+    queries/NAME.sql         an analysis, under its public name (`tracekit run NAME`, `tracekit queries`)
+    queries/lib/NAME.sql     macros shared by analyses and ad-hoc SQL (`.macros` at the prompt)
+    queries/link/NAME.sql    the passes of the link stage (edges, Execution Trace links), run by tracekit/link/
+    queries/output/NAME.sql  queries of the writers (the graph of a window)
+    queries/diff/NAME.sql    the two-run queries of `tracekit diff`
 
-    -- question: Where does GPU time go, per rank?
-    -- inputs: events, edges
-    -- columns:
+Each file starts with a header of `-- key: value` comment lines:
+
+    -- question: Where does GPU time go, per rank?      (lib files: `about:`, what the file holds)
+    -- inputs: events, edges                           tables (and analyses) it reads, through its includes too
+    -- includes: lib/launches, lib/categories          files whose macros it calls
+    -- columns:                                        an analysis's result columns, in order
     --   rank: rank
     --   busy_ms: ms, time at least one GPU op runs
-    --     (a deeper-indented line continues the column's description)
+    --     (a deeper-indented line continues the entry)
+    -- macros:                                         the macros a lib file defines, each documented
+    --   gpu_ops(): every kernel, memcpy and memset with its launch call
     -- notes: free text (definitions, deliberate differences from other tools)
 
-Files named `_*.sql` are preludes, not analyses: SQL shared by several queries (macros such as the category
-rules in `_categories.sql`), run in name order (a later file may use an earlier one's macros) on every connection
-before any query. Preludes hold only `create or replace macro` statements (idempotent, cheap), so running them again
-on a connection is harmless.
+A file's includes are loaded before it, transitively and in dependency order, each once per connection
+(`load_includes`): DuckDB binds a macro when it is created, so a file whose includes are not loaded fails to load.
+A macro whose name starts with `_` is a private helper of its file; the others are public (listed by `.macros`).
 
 An input may be another analysis (e.g. `-- inputs: op_summary, ranks` in the cross-rank queries): it is run first
-and its result registered under its name, so a query reads it like a table.
+and its result bound under its name, so a query reads it like a table. `analysis_order` is the one resolver of
+those dependencies; how each result is bound is the caller's: `prepare` defines views (ad-hoc SQL, TraceDatabase),
+tracekit/query/analyses.py materialises results (runs of several analyses that share them).
 
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """
@@ -24,7 +34,8 @@ Python only orchestrates: it loads the text, registers the tables and returns th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -51,33 +62,37 @@ def queries_dir() -> Path:
 
 @dataclass(frozen=True)
 class Query:
-    name: str
+    name: str  # path under queries/ without .sql: kernel_summary, lib/launches, link/launch_edges
     sql: str
     question: str
     inputs: tuple[str, ...]
     columns: dict[str, str]  # column → "unit, meaning"
     notes: str
+    includes: tuple[str, ...] = ()
+    macros: dict[str, str] = field(default_factory=dict)  # macro → "(parameters): doc", as its header documents it
 
 
 HEADER_LINE = re.compile(r"^--\s?(.*)$")
+LISTS = ("columns", "macros")  # header keys whose value is a list of `  entry: description` lines
 
 
 def parse_header(name: str, text: str) -> Query:
     fields: dict[str, str] = {}
-    columns: dict[str, str] = {}
+    lists: dict[str, dict[str, str]] = {key: {} for key in LISTS}
     current = None
     for line in text.splitlines():
         match = HEADER_LINE.match(line)
         if not match:
             break
         body = match.group(1)
-        if body.startswith("    ") and current == "columns" and columns:  # a column's description, continued
-            last = next(reversed(columns))
-            columns[last] = f"{columns[last]} {body.strip()}"
+        entries = lists.get(current)
+        if entries is not None and body.startswith("    ") and entries:  # an entry's description, continued
+            last = next(reversed(entries))
+            entries[last] = f"{entries[last]} {body.strip()}"
             continue
-        if body.startswith("  ") and current == "columns":
-            col, _, desc = body.strip().partition(":")
-            columns[col.strip()] = desc.strip()
+        if entries is not None and body.startswith("  "):
+            entry, _, desc = body.strip().partition(":")
+            entries[entry.strip()] = desc.strip()
             continue
         key, sep, value = body.partition(":")
         if sep and re.fullmatch(r"[a-z_]+", key.strip()):
@@ -85,11 +100,20 @@ def parse_header(name: str, text: str) -> Query:
             fields[current] = value.strip()
         elif current:
             fields[current] = (fields[current] + " " + body.strip()).strip()
-    missing = {"question", "inputs", "columns"} - fields.keys()
+    required = {"about"} if name.startswith("lib/") else {"question", "inputs"}
+    if "/" not in name:
+        required |= {"columns"}
+    missing = required - fields.keys()
     if missing:
         raise ValueError(f"queries/{name}.sql: header lacks {sorted(missing)}")
-    inputs = tuple(t.strip() for t in fields["inputs"].split(",") if t.strip())
-    return Query(name, text, fields["question"], inputs, columns, fields.get("notes", ""))
+    return Query(name, text, fields.get("question", fields.get("about", "")), split_list(fields.get("inputs", "")),
+                 lists["columns"], fields.get("notes", ""), split_list(fields.get("includes", "")),
+                 {re.sub(r"\(.*", "", entry): entry[len(re.sub(r"\(.*", "", entry)):] + ": " + doc
+                  for entry, doc in lists["macros"].items()})
+
+
+def split_list(value: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in value.split(",") if t.strip())
 
 
 @cache
@@ -99,13 +123,119 @@ def load_query(name: str) -> Query:
 
 
 def available() -> list[str]:
-    return sorted(p.stem for p in queries_dir().glob("*.sql") if not p.stem.startswith("_"))
+    """The analyses: the files at the top of queries/."""
+    return sorted(p.stem for p in queries_dir().glob("*.sql"))
+
+
+def library() -> list[str]:
+    """The macro files, lib/NAME."""
+    return sorted(f"lib/{p.stem}" for p in (queries_dir() / "lib").glob("*.sql"))
+
+
+MACRO_DEFINITION = re.compile(r"create\s+or\s+replace\s+macro\s+([a-z_][a-z_0-9]*)", re.IGNORECASE)
+
+
+def defined_macros(text: str) -> list[str]:
+    return MACRO_DEFINITION.findall(text)
+
+
+@cache
+def macro_files() -> dict[str, str]:
+    """Every macro of queries/lib → the file that defines it."""
+    return {macro: name for name in library() for macro in defined_macros(load_query(name).sql)}
+
+
+def macro_returns(macro: str) -> str:
+    """"table" for a table macro, else "scalar"."""
+    text = load_query(macro_files()[macro]).sql
+    return "table" if re.search(rf"macro\s+{macro}\s*\([^)]*\)\s+as\s+table", text, re.IGNORECASE) else "scalar"
+
+
+def public_macros() -> dict[str, str]:
+    """Public macro → "(parameters): doc" from its file's header (private ones, `_name`, left out)."""
+    return {macro: load_query(name).macros.get(macro, "") for macro, name in sorted(macro_files().items())
+            if not macro.startswith("_")}
+
+
+def include_order(names) -> list[str]:
+    """NAMES and the files they include, transitively, each after its includes (each once)."""
+    order: list[str] = []
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if name in order:
+            return
+        if name in chain:
+            raise ValueError(f"queries/{chain[0]}.sql: circular includes {' → '.join(chain + (name,))}")
+        if not (queries_dir() / f"{name}.sql").is_file():
+            where = f"queries/{chain[-1]}.sql includes {name}, which" if chain else f"queries/{name}.sql"
+            raise FileNotFoundError(f"{where} does not exist")
+        for include in load_query(name).includes:
+            visit(include, chain + (name,))
+        order.append(name)
+
+    for name in names:
+        visit(name, ())
+    return order
+
+
+# What each live connection has loaded (files) and bound (analyses as views). Weak keys: forgotten with the
+# connection, so this holds no state of its own beyond the connections' lifetimes.
+_LOADED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, set[str]] = weakref.WeakKeyDictionary()
+
+
+def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return _LOADED.setdefault(con, set())
+
+
+def load_includes(con: duckdb.DuckDBPyConnection, names) -> None:
+    """Define on `con` the macros of the files NAMES and of what they include, in dependency order, each file once
+    per connection."""
+    done = loaded(con)
+    for name in include_order(names):
+        if name not in done:
+            con.execute(load_query(name).sql)
+            done.add(name)
+
+
+def ready(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The SQL of queries/NAME.sql, with the files it includes loaded on `con`: how every stage runs a file."""
+    query = load_query(name)
+    load_includes(con, query.includes)
+    return query.sql
 
 
 @cache
 def preludes() -> str:
-    """The text of every `_*.sql` prelude, in name order."""
-    return "\n".join(p.read_text() for p in sorted(queries_dir().glob("_*.sql")))
+    """The text of every lib file, in dependency order (what every connection once ran; kept for the
+    tracekit.analyses shim)."""
+    return "\n".join(load_query(name).sql for name in include_order(library()))
+
+
+def analysis_inputs(name: str) -> list[str]:
+    """The other analyses NAME reads (its inputs named like a query that are not tables), in header order."""
+    return [i for i in load_query(name).inputs if i not in TraceTables.names() and re.fullmatch(r"[a-z_0-9]+", i)]
+
+
+def analysis_order(name: str) -> list[str]:
+    """NAME and the analyses it reads, transitively, each after the ones it reads: the one dependency resolver.
+
+    FileNotFoundError for a missing analysis (NAME, or one it reads), ValueError for a cycle."""
+    order: list[str] = []
+
+    def visit(current: str, chain: tuple[str, ...]) -> None:
+        if current in order:
+            return
+        if current in chain:
+            raise ValueError(f"queries/{current}.sql: circular inputs {' → '.join(chain + (current,))}")
+        if not (queries_dir() / f"{current}.sql").is_file():
+            raise FileNotFoundError(f"queries/{chain[-1]}.sql reads {current}, which is neither a table nor an "
+                                    "analysis" if chain else f"queries/{current}.sql does not exist")
+        for dep in analysis_inputs(current):
+            visit(dep, chain + (current,))
+        order.append(current)
+
+    visit(name, ())
+    return order
 
 
 # Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them; a connection
@@ -115,21 +245,56 @@ SHARED_TABLE_MACROS = ("gpu_ops", "launch_op_ancestors", "op_calls")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every table registered and the shared macros defined.
+    """A DuckDB connection with every table registered; the catalog's files are loaded as queries need them.
 
     With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
-    con.execute(preludes())
     if materialize:
+        load_includes(con, [macro_files()[name] for name in SHARED_TABLE_MACROS])
         for name in SHARED_TABLE_MACROS:
             con.execute(f"create or replace temp table {name}_result as from {name}();"
                         f"create or replace macro {name}() as table from {name}_result")
     return con
 
 
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def prepare(con: duckdb.DuckDBPyConnection, query: str, problems: dict[str, str] | None = None) -> None:
+    """Define on `con` what the ad-hoc QUERY names from the catalog: the lib files of the macros it calls (with
+    their includes) and a view per analysis it reads, after the views of the analyses that one reads.
+
+    A view that cannot be defined is left out, with the reason in `problems`; the query then fails on its own
+    terms, naming the missing table."""
+    words = set(IDENTIFIER.findall(query))
+    load_includes(con, sorted({macro_files()[w] for w in words & macro_files().keys()}))
+    done = loaded(con)
+    problems = {} if problems is None else problems
+    for named in sorted(words & viewable() - done):
+        for name in analysis_order(named):
+            if name in done or name in problems:
+                continue
+            try:
+                load_includes(con, load_query(name).includes)
+                con.execute(f"create or replace view {name} as {load_query(name).sql.strip().rstrip(';')}")
+                done.add(name)
+            except duckdb.Error as exc:
+                problems[name] = str(exc).splitlines()[0]
+
+
+@cache
+def viewable() -> frozenset[str]:
+    """Analyses that read only tables and other analyses (every analysis at the top of queries/)."""
+    known = set(TraceTables.names()) | set(available())
+    return frozenset(name for name in available() if set(load_query(name).inputs) <= known)
+
+
 def sql(tables: TraceTables, query: str) -> pl.DataFrame:
-    """Ad-hoc SQL over the tables, with the shared macros (op_category, op_calls(), ...) available."""
+    """Ad-hoc SQL over the tables, with the catalog's macros (op_category, op_calls(), ...) and analyses available:
+    the one SQL entry point (`TraceTables.sql`, `tracekit.analyses.sql`; `TraceDatabase.sql` prepares its own
+    long-lived connection the same way)."""
     with connect(tables) as con:
+        prepare(con, query)
         return con.sql(query).pl()

@@ -58,6 +58,8 @@ class TraceTables:
         return con
 
     def sql(self, query: str) -> pl.DataFrame:
-        """Run ad-hoc SQL over the tables; the result as a Polars frame."""
-        with self.connect() as con:
-            return con.sql(query).pl()
+        """Run ad-hoc SQL over the tables (with the catalog's macros and analyses: `catalog.sql`, the one SQL entry
+        point); the result as a Polars frame."""
+        from tracekit.engine import catalog  # the catalog registers these tables: imported here, not at the top
+
+        return catalog.sql(self, query)

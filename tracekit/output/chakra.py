@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.engine.catalog import connect, load_query
+from tracekit.engine.catalog import connect, ready
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import replacing_file
@@ -130,7 +130,7 @@ class ChakraGraph:
 def chakra_graph(tables: TraceTables) -> ChakraGraph:
     with connect(tables) as con:
         for name in ("chakra_owners", "chakra_nodes", "chakra_deps"):
-            result = con.sql(load_query(f"export/{name}").sql).to_arrow_table()
+            result = con.sql(ready(con, f"export/{name}")).to_arrow_table()
             con.register(name, result)
         nodes = pl.from_arrow(con.sql("from chakra_nodes").to_arrow_table())
         deps = pl.from_arrow(con.sql("from chakra_deps").to_arrow_table())

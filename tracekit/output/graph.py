@@ -29,31 +29,6 @@ NODE_ATTRIBUTES = (("rank", "int"), ("event", "long"), ("kind", "string"), ("nam
                    ("tid", "string"), ("ts", "long"), ("dur", "long"), ("device", "int"), ("stream", "long"))
 EDGE_ATTRIBUTES = (("kind", "string"), ("subkind", "string"), ("lag", "long"))
 
-# A step's events are step_events(N) (queries/_steps.sql), as for every other --step; a range's are the events
-# overlapping it (a zero-length one when it lies inside).
-STEP_EVENTS_SQL = "create or replace temp table window_events as select rank, id from step_events({step})"
-RANGE_EVENTS_SQL = """
-create or replace temp table window_events as
-select rank, id from events where ts < $end and (ts + coalesce(dur, 0) > $start or ts >= $start)
-"""
-
-# et_* edges link Execution Trace nodes, not events, and are left out.
-WINDOW_GRAPH_SQL = """
-create or replace temp table window_nodes as
-select e.rank, e.id as event, e.kind, e.name, e.pid, e.tid, e.ts, e.dur, e.device, e.stream
-from events e semi join window_events w on w.rank = e.rank and w.id = e.id
-order by e.rank, e.ts, e.id;
-
-create or replace temp table window_edges as
-select x.rank, x.src, x.dst, x.kind, x.subkind, x.lag
-from edges x
-semi join window_nodes s on s.rank = x.rank and s.event = x.src
-semi join window_nodes d on d.rank = x.rank and d.event = x.dst
-where x.kind not like 'et\\_%' escape '\\'
-order by x.rank, x.src, x.dst, x.kind;
-"""
-
-
 @dataclass(frozen=True)
 class WindowGraph:
     nodes: pa.Table  # rank, event, kind, name, pid, tid, ts, dur, device, stream
@@ -67,18 +42,22 @@ def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | N
         raise InputError("give either a step (--step N) or a time range (--start-ns A --end-ns B)")
     with catalog.connect(tables) as con:
         if step is not None:
+            catalog.load_includes(con, ["lib/steps"])
             steps = [n for n, in con.sql("select distinct step from step_windows() order by step").fetchall()]
             if step not in steps:
                 have = f"steps there: {steps[0]}..{steps[-1]}" if steps else "it has none"
                 raise InputError(f"--step {step}: no ProfilerStep#{step} annotation in the trace ({have})")
-            con.execute(STEP_EVENTS_SQL.format(step=int(step)))
+            window = ("output/step_window_events", {"step": int(step)})
         else:
             if start_ns is None or end_ns is None:
                 raise InputError("--start-ns and --end-ns go together")
             if start_ns >= end_ns:
                 raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: the range is empty")
-            con.execute(RANGE_EVENTS_SQL, {"start": start_ns, "end": end_ns})
-        con.execute(WINDOW_GRAPH_SQL)
+            window = ("output/range_window_events", {"start": start_ns, "end": end_ns})
+        # queries/output/: the window's events, then its nodes and the edges among them, each kept as a temp table
+        for name, parameters in (window, ("output/window_nodes", None), ("output/window_edges", None)):
+            table = "window_events" if name == window[0] else name.removeprefix("output/")
+            con.execute(f"create or replace temp table {table} as {catalog.ready(con, name)}", parameters)
         return WindowGraph(con.sql("select * from window_nodes").to_arrow_table(),
                            con.sql("select * from window_edges").to_arrow_table())
 

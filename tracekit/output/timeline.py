@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from tracekit.engine.catalog import connect, load_query
+from tracekit.engine.catalog import connect, ready
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.files import write_output_file
@@ -72,7 +72,7 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     only with `step`, the critical path track unless `critical_path` is false."""
     suffix = f" · {label}" if label else ""
     with connect(tables) as con:
-        slices = pl.from_arrow(con.sql(load_query("export/timeline_slices").sql, params={"step": step})
+        slices = pl.from_arrow(con.sql(ready(con, "export/timeline_slices"), params={"step": step})
                                .to_arrow_table())
         if slices.is_empty():
             raise InputError(f"no events to show{f' in step {step}' if step is not None else ''}")
@@ -110,9 +110,9 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
             con.register("timeline_path", pa.table({"rank": pa.array([], pa.int32()), "step": pa.array([], pa.int64()),
                                                     "position": pa.array([], pa.int64()),
                                                     "event_id": pa.array([], pa.int64())}))
-        flows = pl.from_arrow(con.sql(load_query("export/timeline_flows").sql, params={"base": base})
+        flows = pl.from_arrow(con.sql(ready(con, "export/timeline_flows"), params={"base": base})
                               .to_arrow_table())
-        path_slices = (pl.from_arrow(con.sql(load_query("export/timeline_path").sql, params={"base": base})
+        path_slices = (pl.from_arrow(con.sql(ready(con, "export/timeline_path"), params={"base": base})
                                      .to_arrow_table()) if critical_path and not path_rows.is_empty() else None)
 
     def lines():

@@ -149,7 +149,7 @@ def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: t
     names = list(dict.fromkeys(report_queries(len(tables.rank_list)) + list(extra)))
     failures: dict[str, str] = {}
     done = iter(range(1, len(names) + 1))
-    # Every thread DuckDB has: the analyses' aggregates do not depend on the order rows arrive in (queries/_exact.sql),
+    # Every thread DuckDB has: the analyses' aggregates do not depend on the order rows arrive in (queries/lib/exact.sql),
     # and every sort breaks ties, so the same input still gives the same bits (and bytes).
     results = analyses.run_all(tables, names, failures,
                                progress=lambda name: progress(next(done), len(names), f"analysis {name}")

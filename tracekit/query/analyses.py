@@ -1,23 +1,20 @@
 """Run the analyses of the SQL catalog over `TraceTables`: each after the analyses it reads, on one connection.
 
 An input may be another analysis (e.g. `-- inputs: op_summary, ranks` in the cross-rank queries): it is run first
-and its result registered under its name, so a query reads it like a table.
+and its result registered under its name, so a query reads it like a table. The order comes from the catalog's one
+resolver (`catalog.analysis_order`); what is bound here is the materialised result (a run of several analyses
+shares each result), where `catalog.prepare` binds a view.
 """
 
 from __future__ import annotations
 
-import re
-
 import duckdb
 import polars as pl
 
-from tracekit.engine.catalog import available, connect, load_query, queries_dir
+from tracekit.engine.catalog import analysis_inputs, analysis_order, available, connect, ready
 from tracekit.engine.tables import TraceTables
 
-
-def analysis_inputs(name: str) -> list[str]:
-    """The other analyses NAME reads (its inputs named like a query that are not tables), in header order."""
-    return [i for i in load_query(name).inputs if i not in TraceTables.names() and re.fullmatch(r"[a-z_0-9]+", i)]
+__all__ = ["analysis_inputs", "run", "run_all", "run_into"]
 
 
 def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
@@ -30,7 +27,7 @@ def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = 
 
 
 def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.DataFrame],
-             failures: dict[str, str] | None = None, _needed_by: tuple[str, ...] = ()) -> pl.DataFrame | None:
+             failures: dict[str, str] | None = None) -> pl.DataFrame | None:
     """Run NAME on `con` after the analyses it reads, registering each result as a view of its name.
 
     `results` caches what already ran. With `failures`, a query that is missing or fails (or needs one that did)
@@ -38,27 +35,32 @@ def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.Da
     """
     if name in results:
         return results[name]
-    if failures is not None and name in failures:
+    failed = {} if failures is None else failures
+    if name in failed:
         return None
-    if name in _needed_by:
-        raise ValueError(f"queries/{name}.sql: circular inputs {' → '.join(_needed_by + (name,))}")
     try:
-        if not (queries_dir() / f"{name}.sql").is_file():
-            raise FileNotFoundError(f"queries/{name}.sql does not exist")
-        for dep in analysis_inputs(name):
-            if not (queries_dir() / f"{dep}.sql").is_file():
-                raise FileNotFoundError(f"queries/{name}.sql reads {dep}, which is neither a table nor an analysis")
-            if run_into(con, dep, results, failures, _needed_by + (name,)) is None:
-                raise LookupError(f"needs {dep}, which failed: {failures[dep]}")
-        result = con.sql(load_query(name).sql).pl()
-    except (FileNotFoundError, LookupError, duckdb.Error) as exc:
+        order = analysis_order(name)
+    except FileNotFoundError as exc:
         if failures is None:
             raise
-        failures[name] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        failed[name] = str(exc)
         return None
-    results[name] = result
-    con.register(name, result.to_arrow())
-    return result
+    for step in order:
+        if step in results or step in failed:
+            continue
+        try:
+            for dep in analysis_inputs(step):
+                if dep in failed:
+                    raise LookupError(f"needs {dep}, which failed: {failed[dep]}")
+            result = con.sql(ready(con, step)).pl()
+        except (LookupError, duckdb.Error) as exc:
+            if failures is None:
+                raise
+            failed[step] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            continue
+        results[step] = result
+        con.register(step, result.to_arrow())
+    return results.get(name)
 
 
 def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,

@@ -6,14 +6,14 @@
     db.query("op_summary", rank=0)               # an analysis of queries/, scoped to rank 0
     db.table("events"), db.arrow("events")       # a whole table, as Polars or Arrow
 
-One embedded DuckDB connection holds every table (`events`, `edges`, ...), the macros of `queries/_*.sql` and a
-view per analysis of `queries/` under its own name, so ad-hoc SQL can join an analysis with the tables. An ingested
+One embedded DuckDB connection holds every table (`events`, `edges`, ...), the macros of `queries/lib/` and a
+view per analysis of `queries/` under its own name, so ad-hoc SQL can join an analysis with the tables. Macros and
+views are defined as queries first name them (`catalog.prepare`: the same as every other SQL entry point). An ingested
 dataset is opened in place: its tables are views over its Parquet files, read only as far as a query needs.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import duckdb
@@ -27,23 +27,21 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import Inputs, resolve_inputs, warn_about_cut_files
 from tracekit.pipeline import load
-from tracekit.query import analyses, step_scope
+from tracekit.query import step_scope
 from tracekit.read.dataset import check_dataset, check_dataset_rows, dataset_table_files, first_line
 
 
 class TraceDatabase:
     """Every table of a trace set, its analyses and macros, on one embedded DuckDB connection.
 
-    `con` is that connection, for what the methods do not cover (`db.con.sql(...)` returns a DuckDB relation).
-    Close it with `close()` or use the database as a context manager.
+    `con` is that connection, for what the methods do not cover (`db.con.sql(...)` returns a DuckDB relation;
+    `catalog.prepare(db.con, text)` defines the macros and analysis views TEXT names, as `sql` does). Close it with `close()` or use the database as a context manager.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, source: str):
         self.con = con
         self.source = source
-        con.execute(catalog.preludes())
         self.analysis_problems: dict[str, str] = {}  # analyses whose view could not be defined, with the reason
-        self._defined: set[str] = set()
 
     def __enter__(self) -> TraceDatabase:
         return self
@@ -66,7 +64,7 @@ class TraceDatabase:
 
     def relation(self, query: str) -> duckdb.DuckDBPyRelation:
         """The query as a DuckDB relation (lazy: `.pl()`, `.to_arrow_table()`, `.fetch_record_batch()`, ...)."""
-        self._define_views_named_in(query)
+        catalog.prepare(self.con, query, self.analysis_problems)
         try:
             return self.con.sql(query)
         except duckdb.Error as exc:
@@ -93,7 +91,7 @@ class TraceDatabase:
     def scoped(self, *, rank: int | list[int] | None = None, step: int | None = None) -> TraceDatabase:
         """A new database over part of this one: the ranks listed, and/or one training step.
 
-        A step keeps, on each rank, the events of step_members() (queries/_steps.sql: the host events starting
+        A step keeps, on each rank, the events of step_members() (queries/lib/steps.sql: the host events starting
         inside its ProfilerStep#N window, the GPU ops those launched wherever they ran, ...), the same events as
         every other --step; instants and flows inside the window; and the edges between kept events. Ranks without
         that step are left out. (The rows of a step: tracekit/query/step_scope.py.)
@@ -102,6 +100,7 @@ class TraceDatabase:
         where_rank = "true" if ranks is None else f"rank in ({', '.join(str(int(r)) for r in ranks)})"
         con = self.con
         if step is not None:
+            catalog.load_includes(con, ["lib/steps"])
             steps = con.sql(f"select distinct step from step_windows() where {where_rank} order by step").fetchall()
             if (int(step),) not in steps:
                 where = "the ranks asked for" if ranks else "any rank"
@@ -121,15 +120,8 @@ class TraceDatabase:
     def tables(self) -> list[str]:
         return TraceTables.names()
 
-    def _define_views_named_in(self, query: str) -> None:
-        """Define the view of each analysis the query names, on first use: binding all of them up front would
-        cost more than most queries."""
-        named = set(re.findall(r"[A-Za-z_][A-Za-z_0-9]*", query)) & ANALYSES_AS_VIEWS - self._defined
-        for name in sorted(named):
-            define_analysis_view(self.con, name, self._defined, self.analysis_problems)
-
     def _known(self, name: str) -> str:
-        if name not in TraceTables.names() and name not in ANALYSES_AS_VIEWS:
+        if name not in TraceTables.names() and name not in catalog.viewable():
             raise InputError(f"{name}: no such table or analysis (tables: {', '.join(TraceTables.names())}; "
                              "analyses: `tracekit queries`)")
         return name
@@ -177,9 +169,9 @@ def open_dataset(path: Path) -> TraceDatabase:
     return TraceDatabase(con, str(path))
 
 
-# Analyses that read only tables and other analyses (not the two-run tables of queries/diff)
-ANALYSES_AS_VIEWS = {name for name in catalog.available()
-                     if set(catalog.load_query(name).inputs) <= set(TraceTables.names()) | set(catalog.available())}
+
+# Analyses that read only tables and other analyses: each is a view of its name (catalog.prepare)
+ANALYSES_AS_VIEWS = catalog.viewable()
 
 
 def parquet_rows(path: Path) -> int:
@@ -189,18 +181,6 @@ def parquet_rows(path: Path) -> int:
         raise InputError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
 
 
-def define_analysis_view(con: duckdb.DuckDBPyConnection, name: str, defined: set[str],
-                         problems: dict[str, str]) -> None:
-    """Create the view NAME over the analysis's query, after the views of the analyses it reads."""
-    if name in defined or name in problems:
-        return
-    for dep in analyses.analysis_inputs(name):
-        define_analysis_view(con, dep, defined, problems)
-    try:
-        con.execute(f"create or replace view {name} as {catalog.load_query(name).sql.strip().rstrip(';')}")
-        defined.add(name)
-    except duckdb.Error as exc:
-        problems[name] = str(exc).splitlines()[0]
 
 
 def sql_string(text: str) -> str:

@@ -1,6 +1,6 @@
 """Scoping a trace set to training steps: the rows of every table that belong to chosen steps.
 
-A step's events are step_members() (queries/_steps.sql), the one definition every --step, `db.scoped(step=)` and the
+A step's events are step_members() (queries/lib/steps.sql), the one definition every --step, `db.scoped(step=)` and the
 diff's per-step values use. Each chosen (rank, step) is a scope with a rank of its own, `scope_rank`: the step's rank
 when one step is kept, or, to compute an analysis for every step in one run (analyses key on rank), one pseudo-rank
 per (rank, step). A scope holds:
@@ -17,6 +17,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
+from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
 
 SCOPES = "step_scopes"  # temp table: rank, step, scope_rank, start_ns, end_ns (the CPU step window)
@@ -30,6 +31,7 @@ def define_scopes(con: duckdb.DuckDBPyConnection, *, where_rank: str = "true", s
     every step, each on a pseudo-rank. Return the scopes (scope_rank, rank, step) in (rank, step) order; None
     (nothing left defined) when pseudo-ranks would overflow a 32-bit rank."""
     of_step = "true" if step is None else f"step = {int(step)}"
+    catalog.load_includes(con, ["lib/steps"])
     con.execute(f"""
         create or replace temp table {MEMBERS}_by_step as
             select rank, id, step from step_members() where {where_rank} and {of_step};

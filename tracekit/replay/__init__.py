@@ -8,8 +8,8 @@ and what is not: docs/replay.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -68,9 +68,9 @@ def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.Da
     """rank, id, ts, dur of every re-timed event under the what-if, and the solver's passes."""
     factors = as_factors(scale, remove)
     with catalog.connect(tables) as con:
-        nodes = con.sql(catalog.load_query("replay/nodes").sql).pl().with_row_index("row")
-        constraints = con.sql(catalog.load_query("replay/constraints").sql).pl()
-        selected = [pl.from_arrow(con.sql(catalog.load_query("replay/selected").sql,
+        nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
+        constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
+        selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
                                           params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
                     .with_columns(factor=pl.lit(f)) for s, f in factors]
     keys = nodes.select("rank", "id", "row")

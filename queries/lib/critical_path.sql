@@ -1,9 +1,12 @@
--- prelude: the critical path of time windows (table macro), shared by critical_path and critical_path_summary.
+-- about: the critical path of time windows (table macro), shared by critical_path and critical_path_summary.
+-- inputs: events, edges
+-- includes: lib/categories
+-- macros:
 --   critical_path_segments(windows): for each window of the relation named `windows` (rank, window_id,
 --     start_ns, end_ns), the chain of events that bounds it, as segments that tile the window exactly:
 --     rank, window_id, position (1 = earliest), event_id (null: no event), kind, name, category, start_ns,
 --     end_ns, duration_ns.
---
+-- notes:
 -- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
 -- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
 -- for all states with joins and window functions: the one that gated it, i.e. the candidate that became ready

@@ -1,5 +1,7 @@
--- prelude: category rules shared by every analysis, in this one place (scalar macros).
--- Run by tracekit.analyses before any query (files named _*.sql are preludes, in name order).
+-- about: the category rules, in this one place (scalar macros).
+-- inputs:
+-- includes:
+-- macros:
 --   gpu_timeline_category(name, kind): TraceLens's GPU timeline split: communication = kernels named *nccl* or
 --     *rccl* (any case), memcpy = memcpy ops, computation = every other kernel and every memset.
 --   op_base_name(name): lower-case op name without namespace (aten::), autograd wrapper, trailing _ or Backward.
@@ -7,7 +9,7 @@
 --     communication, memcpy/memset, other. memory_only: true when all the GPU work the op launched (itself or
 --     through the ops below it) is memcpy/memset, false when it includes a kernel, null when there is none.
 --   kernel_category(name, kind): the same categories from a GPU op's name and kind.
--- Deliberate differences from TraceLens's op categories: attention is its own category (TraceLens: other),
+-- notes: Deliberate differences from TraceLens's op categories: attention is its own category (TraceLens: other),
 -- reductions are called reduction (TraceLens: reduce), normalization covers forward and backward (NORM_fwd/_bwd),
 -- and an op whose own GPU work is only memcpy/memset (e.g. aten::_local_scalar_dense) is memcpy/memset.
 

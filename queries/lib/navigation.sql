@@ -1,4 +1,7 @@
--- prelude: moving around one rank's event graph from an event (table macros for ad-hoc SQL; no analysis uses them).
+-- about: moving around one rank's event graph from an event (table macros for ad-hoc SQL; no analysis uses them).
+-- inputs: events, edges
+-- includes:
+-- macros:
 --   ancestors(of_rank, of_id): the events above event (of_rank, of_id): for a GPU op its launch call, then the
 --     call's enclosing ops on its thread (nest edges), up to the root. Every events column, plus distance (1 = the
 --     nearest) and via (the kind of the edge climbed to reach it: launch or nest).

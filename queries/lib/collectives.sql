@@ -1,4 +1,7 @@
--- prelude: NCCL/RCCL collectives (scalar and table macros shared by collectives, collective_skew, collective_waits).
+-- about: NCCL/RCCL collectives (scalar and table macros shared by collectives, collective_skew, collective_waits).
+-- inputs: events, edges, ranks
+-- includes: lib/categories
+-- macros:
 --   collective_type(text): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv,
 --     send, recv, gather, scatter, barrier, or null; from a c10d collective name (allreduce, _allgather_base,
 --     alltoall_base, ...), a `nccl:*` annotation or a kernel name (ncclDevKernel_AllGather_RING_LL, ...).

@@ -1,4 +1,7 @@
--- prelude: who launched which GPU work, as table macros shared by the analyses (defined once, used by several).
+-- about: who launched which GPU work, as table macros shared by the analyses (defined once, used by several).
+-- inputs: events, edges
+-- includes: lib/categories
+-- macros:
 --   gpu_ops(): every kernel, memcpy and memset with its launch call (call_id, null when none is in the trace).
 --   launch_op_ancestors(): for every launch call, each cpu_op above it on its thread (via nest edges), with
 --     `innermost` marking the nearest one and `outermost_of_name` the outermost one of each name; carries the
@@ -7,7 +10,7 @@
 --     counts).
 --   gpu_op_owners(): gpu_ops() plus the innermost enclosing cpu_op of the launch call (op_id, op_name).
 --   op_rollup(by_shape): op_calls() summed per (rank, name) or per (rank, name, input_dims, input_type).
--- Definitions (TraceLens's, checked on its reference CSVs): an op's direct kernel time is the summed duration of
+-- notes: Definitions (TraceLens's, checked on its reference CSVs): an op's direct kernel time is the summed duration of
 -- the GPU ops (kernels, memcpys, memsets) whose launch call's innermost enclosing cpu_op is that op; its subtree
 -- kernel time adds the direct time of every cpu_op below it. Self CPU time is the op's duration minus the
 -- durations of its direct children on the thread (ops, runtime calls, Python frames alike), floored at 0.

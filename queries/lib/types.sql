@@ -1,5 +1,9 @@
--- prelude: element sizes of the dtypes PyTorch's profiler writes in `Input type` (scalar macros).
---   dtype_bytes(t): bytes per element, null for a non-tensor input (Scalar, TensorList, '', ...) or an unknown type.
+-- about: element sizes of the dtypes PyTorch's profiler writes in `Input type` (scalar macros).
+-- inputs:
+-- includes:
+-- macros:
+--   dtype_bytes(t): bytes per element, null for a non-tensor input (Scalar, TensorList, '', ...) or an unknown
+--     type.
 --   dims_numel(dims): elements of a shape given as a list of sizes (1 for [] : a 0-dim tensor or a scalar).
 
 create or replace macro dtype_bytes(t) as

@@ -1,5 +1,7 @@
--- prelude: training-step windows and GPU time inside time windows (table macros; after _launches.sql, whose
--- gpu_ops() they use).
+-- about: training-step windows and GPU time inside time windows (table macros).
+-- inputs: events, edges
+-- includes: lib/launches, lib/categories
+-- macros:
 --   step_windows(): one row per rank and ProfilerStep#N, from the CPU user_annotation of that name (a cpu_op in
 --     legacy traces):
 --     rank, step (N), name, event_id, start_ns, end_ns (the CPU step), and the step's GPU window gpu_start_ns,
@@ -11,14 +13,17 @@
 --   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns: the CPU step windows of ranks with steps
 --     (window_id = step); for a rank without steps one window (window_id -1, step null) from the first start to
 --     the last end of its CPU events and GPU ops.
---   step_members(), step_events(of_step): the events of each step (what a step's events are: see step_members).
+--   step_members(): the step of every event that belongs to one (rank, id, step): what a step's events are (see
+--     the comment above its definition).
+--   step_events(of_step): the events of step N on every rank that has it (step_members()): rank, id.
+--   step_metrics(): step_breakdown() in ms: the columns of the steps analysis, shared by steps and step_stats.
 --   gpu_time_in_windows(windows): GPU time inside each window of the relation named `windows` (a table or a CTE
 --     of the calling query, with rank, window_id, start_ns, end_ns): the union of GPU-op intervals clipped to the
 --     window, per category, in ns: computation_ns, communication_ns, memcpy_ns, busy_ns,
 --     exposed_communication_ns (communication not overlapped by computation), exposed_memcpy_ns (memcpy not
 --     overlapped by computation or communication), idle_ns (window length - busy), and unlaunched_ns: the union of
 --     the GPU ops inside the window that have no launch call in the trace (left out of the above). GPU ops as in
---     TraceLens's gpu_timeline: gpu_ops() (_launches.sql) with a launch call (work queued before the profiling
+--     TraceLens's gpu_timeline: gpu_ops() (lib/launches) with a launch call (work queued before the profiling
 --     window has none), categories by gpu_timeline_category.
 --     Union lengths without pairwise overlap joins: in start order, each interval adds what it extends beyond the
 --     furthest end seen before it in the same (window, union).

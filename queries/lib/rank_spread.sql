@@ -1,5 +1,12 @@
--- prelude: a value per (name, category) on every rank, side by side with its spread across ranks (table macro).
--- `values_by_rank` names a table or CTE with columns name, category, rank, value (one row per rank, 0 where absent).
+-- about: a value per (name, category) on every rank, side by side with its spread across ranks (table macro).
+-- inputs:
+-- includes:
+-- macros:
+--   spread_across_ranks(values_by_rank): `values_by_rank` names a table or CTE with columns name, category, rank,
+--     value (one row per rank, 0 where absent). One row per (name, category): total_ms, min_ms, median_ms,
+--     max_ms, spread_percent ((max - min) / median * 100), outlier_rank (the rank furthest from the median, null
+--     when none differs), by_rank and ranks_listed (each rank's value, in rank order).
+
 create or replace macro spread_across_ranks(values_by_rank) as table
     with rs_values as (select name, category, rank, value from query_table(values_by_rank)),
     rs_stats as (

@@ -1,0 +1,20 @@
+-- question: How many ET nodes and Kineto ops were left unlinked, per rank?
+-- inputs: et_nodes, events, link_method
+-- notes: et_nodes here has event_id filled (the links made).
+with nodes as (select rank, count(*) as n, count(event_id) as linked from et_nodes group by rank),
+ops as (
+    select e.rank, count(*) as n, count(l.id) as linked
+    from events e left join et_nodes l on l.rank = e.rank and l.event_id = e.id
+    where e.kind in ('cpu_op', 'user_annotation') group by e.rank
+)
+select nodes.rank, 'et_unlinked_nodes' as reason,
+       (nodes.n - nodes.linked) || ' of ' || nodes.n || ' Execution Trace nodes have no Kineto event ('
+       || coalesce('linked by ' || m.method, 'no Kineto cpu_op/user_annotation events on this rank') || ')' as detail
+from nodes left join link_method m using (rank)
+where nodes.linked < nodes.n
+union all
+select ops.rank, 'et_unlinked_ops',
+       (ops.n - ops.linked) || ' of ' || ops.n || ' Kineto cpu_op/user_annotation events have no Execution Trace node'
+       || ' (linked by ' || m.method || ')'
+from ops join link_method m using (rank)
+where ops.linked < ops.n

@@ -1,0 +1,8 @@
+-- question: What is each ET node's position on its thread (ranks linked by name_order)?
+-- inputs: et_nodes, link_method
+-- notes: Ids are handed out as ops start, so id order is start order. The observer's own process / thread root nodes have
+--   no Kineto counterpart: left out, so positions line up. Kept as the temp table et_seq.
+select rank, tid as et_tid, id, name, seq_id, row_number() over (partition by rank, tid order by id) as pos
+from et_nodes
+where rank in (select rank from link_method where method = 'name_order')
+  and name not like '[pytorch|profiler|execution_%'

@@ -1,0 +1,10 @@
+-- question: When was each GPU op on a stream launched?
+-- inputs: events, launch_edges
+-- notes: An op with no launcher in the trace was queued before its own start, which is the latest launch time the trace
+--   proves. launch_edges is the result of launch_edges.sql.
+select g.rank, g.id, g.device, g.stream, g.ts, g.ts + coalesce(g.dur, 0) as end_ts,
+       coalesce(c.ts, g.ts) as launched_ts
+from events g
+left join launch_edges l on l.rank = g.rank and l.dst = g.id
+left join (select rank, id, ts from events where kind in ('runtime', 'driver')) c on c.rank = l.rank and c.id = l.src
+where g.kind in ('kernel', 'memcpy', 'memset') and g.stream is not null and g.ts is not null

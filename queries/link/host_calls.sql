@@ -1,0 +1,6 @@
+-- question: Which host call has each (rank, correlation)?
+-- inputs: events
+-- notes: One call per (rank, correlation): duplicated zero-length runtime rows resolve to the longest, then lowest id.
+select rank, correlation, id, ts, name from events
+where kind in ('runtime', 'driver') and correlation is not null and ts is not null
+qualify row_number() over (partition by rank, correlation order by dur desc nulls last, id) = 1
