@@ -16,17 +16,15 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tracekit import diff, schema
-from tracekit import synth as synthetic
-from tracekit.cli.shell import queries_frame, run_shell
 from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import dataset_input, find_trace_files, path_kind, refuse_no_events
-from tracekit.output.dataset import write_dataset
 from tracekit.output.files import refuse_input_dir, refuse_input_file
 from tracekit.output.frames import FORMATS, choose_format, print_frame, write_frame
-from tracekit.output.graph import graph_writer, write_graph
 from tracekit.pipeline import load
-from tracekit.query.database import from_tables, open_traces
+
+# Modules only some commands use are imported in those commands: a command pays only for what it runs (imports are
+# most of the time of a small report, bench/RESULTS.md).
 
 # soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
 # squeezed into rich's default 80 columns.
@@ -121,6 +119,7 @@ def incomplete_exit_code(_result, **_params):
 @user_errors
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    from tracekit.output.dataset import write_dataset
     refuse_input_dir(out_dir, traces)
     tables = load_with_progress(traces, rank)
     write_dataset(tables, out_dir, force=force)
@@ -234,6 +233,7 @@ def report(traces, out_dir, rank, force):
 @user_errors
 def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
+    from tracekit import synth as synthetic
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
                                merged=merged, gzip=gzip_output)
@@ -255,6 +255,7 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
     them)."""
+    from tracekit.output.graph import graph_writer, write_graph
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
         refuse_input_file(out, traces)
@@ -318,6 +319,7 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     Macros: ancestors(rank, id), descendants(rank, id), overlapping(rank, id), step_events(step), step_members(),
     gpu_ops(), op_calls(), step_windows(), op_category(name, memory_only), ... (.macros at the prompt).
     """
+    from tracekit.cli.shell import run_shell
     query, inputs = split_query(query_and_inputs, query_file)
     if not inputs:
         raise InputError("give at least one INPUT (trace file, directory of ranks, or ingested dataset)")
@@ -355,6 +357,7 @@ def could_be_path(text: str) -> bool:
 
 def open_database(inputs: list[str], rank: int | None = None):
     """Traces are read (with the checks and warnings of load_with_progress); a dataset is opened in place."""
+    from tracekit.query.database import from_tables, open_traces
     if dataset_input(inputs) is not None:
         db = open_traces(inputs)
         warn_about_cut_files(db.sql("select source_file, detail from diagnostics where reason = 'truncated'"))
@@ -365,6 +368,7 @@ def open_database(inputs: list[str], rank: int | None = None):
 @main.command(name="queries")
 def queries_command():
     """List the analyses (queries/*.sql) and the question each answers; each is a view in `tracekit sql`."""
+    from tracekit.cli.shell import queries_frame
     print_frame(stdout, queries_frame(), 1000)
 
 
