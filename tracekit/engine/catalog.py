@@ -31,6 +31,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from tracekit.engine import connection
 from tracekit.engine.tables import TraceTables
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -117,12 +118,14 @@ SHARED_TABLE_MACROS = ("gpu_ops", "launch_op_ancestors", "op_calls")
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table registered and the shared macros defined.
 
-    With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
+    With `materialize` (a connection for running several analyses), the shared table macros are computed now, once,
+    and DuckDB's memory is held to the tables' size (`connection.limit_to_input`).
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
     con.execute(preludes())
     if materialize:
+        connection.limit_to_input(con, sum(table.nbytes for _, table in tables.items()))
         for name in SHARED_TABLE_MACROS:
             con.execute(f"create or replace temp table {name}_result as from {name}();"
                         f"create or replace macro {name}() as table from {name}_result")
