@@ -125,7 +125,7 @@ def connect(tables: TraceTables, materialize: bool = False, threads: int | None 
     con = tables.connect(threads=threads)
     con.execute(preludes())
     if materialize:
-        connection.limit_to_input(con, sum(table.nbytes for _, table in tables.items()))
+        connection.limit_to_input(con, tables.nbytes)
         for name in SHARED_TABLE_MACROS:
             con.execute(f"create or replace temp table {name}_result as from {name}();"
                         f"create or replace macro {name}() as table from {name}_result")

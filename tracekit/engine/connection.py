@@ -65,6 +65,16 @@ def limit_to_input(con: duckdb.DuckDBPyConnection, input_bytes: int) -> None:
     con.execute(f"set memory_limit = '{limit // 2**20}MiB'")
 
 
+# Below this many bytes of tables, a second DuckDB thread costs more than it gives: the report's analyses of a
+# 2.5k-event trace (~1 MB of tables) took 1.0 instead of 1.2 CPU s on one thread (bench/RESULTS.md, 2026-11-25).
+SMALL_INPUT_BYTES = 8 * 2**20
+
+
+def threads_for_input(input_bytes: int) -> int | None:
+    """DuckDB threads for a connection over tables of `input_bytes`: one for small tables, else all (None)."""
+    return 1 if input_bytes < SMALL_INPUT_BYTES else None
+
+
 def physical_memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
