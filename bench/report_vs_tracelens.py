@@ -7,11 +7,15 @@ Each run is a fresh process (os.wait4 gives its own peak RSS and CPU time); the 
 so a change of the machine's load hits both alike: read the ratios, which come from one run. Synth traces of about
 the given sizes (MB of JSON, one rank) are written to a temporary folder first (`tracekit synth --scale`).
 TraceLens: install its wheel in its own environment (see ../shared/peers/README.md) and pass its bin folder.
+tracekit's modules are compiled to bytecode first, as `pip install` does for TraceLens's: where
+PYTHONDONTWRITEBYTECODE is set (this machine), a checkout would otherwise compile ~30 modules on every run (~0.2 s).
+CPU seconds (user + system, all threads) are printed too: on a loaded machine they move less than wall times.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import statistics
 import subprocess
@@ -20,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, run_fresh  # noqa: E402
+from common import REPO, SHARED, run_fresh  # noqa: E402
 
 MB_PER_SCALE = 0.96  # JSON MB of one rank, 4 steps, per unit of --scale (measured: scale 60 → 57.8 MB)
 
@@ -44,14 +48,15 @@ def main() -> None:
                                                         "workers0.pt.trace.json.gz"])
     args = parser.parse_args()
     tracelens = args.tracelens / "TraceLens_generate_perf_report_pytorch"
+    compileall.compile_dir(REPO / "tracekit", quiet=1)
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         traces = [SHARED / name for name in args.shared if (SHARED / name).is_file()]
         traces += [synth_trace(tmp_path, mb) for mb in args.synth_mb]
         print("| trace | MB | tracekit s | TraceLens s | speed-up | tracekit peak MB | TraceLens peak MB | "
-              "memory ratio |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+              "memory ratio | tracekit CPU s | TraceLens CPU s | CPU ratio |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for trace in traces:
             ours, theirs = [], []
             for _ in range(args.repeat):
@@ -61,10 +66,12 @@ def main() -> None:
                                          str(tmp_path / "tl.xlsx")]))
             wall = [statistics.median(r.wall for r in runs) for runs in (ours, theirs)]
             rss = [statistics.median(r.peak_mb for r in runs) for runs in (ours, theirs)]
+            cpu = [statistics.median(r.cpu for r in runs) for runs in (ours, theirs)]
             size = trace.stat().st_size / 2**20
             name = trace.parent.name if trace.name == "rank0.json" else trace.name
             print(f"| {name} | {size:.1f} | {wall[0]:.2f} | {wall[1]:.2f} | {wall[1] / wall[0]:.2f}× | "
-                  f"{rss[0]:.0f} | {rss[1]:.0f} | {rss[1] / rss[0]:.2f}× |", flush=True)
+                  f"{rss[0]:.0f} | {rss[1]:.0f} | {rss[1] / rss[0]:.2f}× | {cpu[0]:.2f} | {cpu[1]:.2f} | "
+                  f"{cpu[1] / cpu[0]:.2f}× |", flush=True)
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -13,22 +13,44 @@ Inputs follow the rules of the commands (`tracekit.inputs`): a bad path or an in
 InputError with the message the command prints, and a cut trace file issues a CutTraceWarning.
 """
 
-from tracekit import diff, synth
-from tracekit.engine.tables import TraceTables
-from tracekit.errors import InputError
-from tracekit.inputs import CutTraceWarning, resolve_inputs
-from tracekit.link.edges import build_edges
-from tracekit.output.dataset import write_dataset
-from tracekit.output.graph import write_graph
-from tracekit.output.workbooks import run_analyses, write_reports
-from tracekit.pipeline import load
-from tracekit.query.database import TraceDatabase, from_tables, open_traces
-from tracekit.read.dataset import read_dataset
+from importlib import import_module
 
-# tracekit.open(paths): the notebook entry point. Not in __all__: `from tracekit import *` would shadow the builtin.
-open = open_traces
+# The public API, imported on first use: `import tracekit.cli` (every command) runs this file first, and a command
+# should pay only for the modules it uses (bench/RESULTS.md, 2026-11-25: imports are most of a small report).
+# name → the module that defines it (a module name alone: the name is that sub-package).
+_PUBLIC = {
+    "CutTraceWarning": "tracekit.inputs",
+    "InputError": "tracekit.errors",
+    "TraceDatabase": "tracekit.query.database",
+    "TraceTables": "tracekit.engine.tables",
+    "build_edges": "tracekit.link.edges",
+    "diff": "tracekit.diff",
+    "from_tables": "tracekit.query.database",
+    "load": "tracekit.pipeline",
+    "open_traces": "tracekit.query.database",
+    "read_dataset": "tracekit.read.dataset",
+    "resolve_inputs": "tracekit.inputs",
+    "run_analyses": "tracekit.output.workbooks",
+    "synth": "tracekit.synth",
+    "write_dataset": "tracekit.output.dataset",
+    "write_graph": "tracekit.output.graph",
+    "write_reports": "tracekit.output.workbooks",
+}
 
-__all__ = ["CutTraceWarning", "InputError", "TraceDatabase", "TraceTables", "build_edges", "diff", "from_tables",
-           "load", "open_traces", "read_dataset", "resolve_inputs", "run_analyses", "synth", "write_dataset",
-           "write_graph", "write_reports"]
+__all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # tracekit.open(paths): the notebook entry point. Not in __all__: `from tracekit import *` would shadow the builtin.
+    attribute = "open_traces" if name == "open" else name
+    if attribute not in _PUBLIC:
+        raise AttributeError(f"module 'tracekit' has no attribute {name!r}")
+    module = import_module(_PUBLIC[attribute])
+    value = module if _PUBLIC[attribute] == f"tracekit.{attribute}" else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC, "open"])

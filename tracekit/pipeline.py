@@ -7,9 +7,7 @@ This module runs the first two; the query and output stages take the `TraceTable
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -104,6 +102,9 @@ def read_traces(files: list[Path], workers: int | None = None) -> Iterator[Trace
 
 
 def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
+    import multiprocessing  # here: most runs read in this process, and the import is not free
+    from concurrent.futures import ProcessPoolExecutor
+
     # spawn, not fork: forking a process whose Polars/Arrow thread pools are running can deadlock the child
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:

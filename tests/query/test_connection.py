@@ -63,3 +63,27 @@ def test_a_bad_memory_limit_is_one_error_line(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("tracekit: error: TRACEKIT_MEMORY_LIMIT=lots: not a memory limit"), result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_the_analyses_connection_is_held_to_the_size_of_its_tables(monkeypatch):
+    """`catalog.connect(materialize=True)` (the report's analyses) sets a limit in proportion to the tables, never
+    under the floor nor over the default; a limit the user set is kept."""
+    import pyarrow as pa
+
+    from tracekit.engine import catalog, connection
+    from tracekit.engine.tables import TraceTables
+
+    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+
+    def limit_bytes(tables: TraceTables) -> float:
+        with catalog.connect(tables, materialize=True) as con:
+            number, unit = con.execute("select current_setting('memory_limit')").fetchone()[0].split()
+            return float(number) * units[unit]
+
+    monkeypatch.delenv(connection.MEMORY_LIMIT_VARIABLE, raising=False)
+    assert limit_bytes(TraceTables()) == 256 * 2**20, "the floor, for tiny inputs"
+    ballast = pa.table({"x": pa.array(range(16 * 2**20), pa.int64())})  # 128 MiB of a table the analyses read
+    expected = min(connection.physical_memory_bytes() // 2, 3 * ballast.nbytes)
+    assert abs(limit_bytes(TraceTables(diagnostics=ballast)) - expected) < 2**20
+    monkeypatch.setenv(connection.MEMORY_LIMIT_VARIABLE, "300MB")
+    assert abs(limit_bytes(TraceTables(diagnostics=ballast)) - 300 * 10**6) < 2**20, "the user's limit"

@@ -11,7 +11,6 @@ import polars as pl
 
 from tracekit import schema
 from tracekit.cli.app import main, open_database, stderr, stdout, user_errors
-from tracekit.cli.shell import queries_frame, run_shell
 from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import path_kind
@@ -79,6 +78,7 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     check_output(fmt, out_path, inputs)
     with open_database(inputs, rank) as db:
         if query is None:
+            from tracekit.cli.shell import run_shell
             run_shell(db, stdout, max_rows)
             return
         emit(db.sql(query), fmt, out_path, max_rows, inputs)
@@ -111,6 +111,7 @@ def could_be_path(text: str) -> bool:
 @main.command(name="queries")
 def queries_command():
     """List the analyses (queries/*.sql) and the question each answers; each is a view in `tracekit sql`."""
+    from tracekit.cli.shell import queries_frame
     print_frame(stdout, queries_frame(), 1000)
 
 

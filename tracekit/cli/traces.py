@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 
-from tracekit import synth as synthetic
+# Modules only one command uses are imported in it: a command pays only for what it runs (imports are most of
+# the time of a small report, bench/RESULTS.md).
 from tracekit.cli.app import load_traces, main, stderr, stdout, user_errors, warn_about_failed_analyses
-from tracekit.output.dataset import write_dataset
 from tracekit.output.files import refuse_input_dir, refuse_input_file
-from tracekit.output.graph import graph_writer, write_graph
 from tracekit.output.terminal import QUERIES, print_summary
 from tracekit.output.terminal import progress_bar as analyses_progress
 from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
@@ -26,6 +25,7 @@ from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
 @user_errors
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    from tracekit.output.dataset import write_dataset
     refuse_input_dir(out_dir, traces)
     tables = load_traces(traces, rank)
     write_dataset(tables, out_dir, force=force)
@@ -75,6 +75,7 @@ def report(traces, out_dir, rank, force):
 @user_errors
 def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
+    from tracekit import synth as synthetic
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
                                merged=merged, gzip=gzip_output)
@@ -96,6 +97,7 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
     them)."""
+    from tracekit.output.graph import graph_writer, write_graph
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
         refuse_input_file(out, traces)

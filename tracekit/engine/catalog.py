@@ -42,6 +42,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from tracekit.engine import connection
 from tracekit.engine.tables import TraceTables
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -247,11 +248,13 @@ SHARED_TABLE_MACROS = ("gpu_ops", "launch_op_ancestors", "op_calls")
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table registered; the catalog's files are loaded as queries need them.
 
-    With `materialize`, the shared table macros are computed now, once (worth it when running several analyses).
+    With `materialize` (a connection for running several analyses), the shared table macros are computed now, once,
+    and DuckDB's memory is held to the tables' size (`connection.limit_to_input`).
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
     if materialize:
+        connection.limit_to_input(con, tables.nbytes)
         load_includes(con, [macro_files()[name] for name in SHARED_TABLE_MACROS])
         for name in SHARED_TABLE_MACROS:
             con.execute(f"create or replace temp table {name}_result as from {name}();"

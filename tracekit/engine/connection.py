@@ -2,7 +2,8 @@
 
 DuckDB's defaults are 80% of RAM and a `.tmp/` folder under the current directory, where a killed run leaves its
 spill files (gigabytes) behind. Here:
-- memory_limit: `TRACEKIT_MEMORY_LIMIT` (DuckDB's syntax: "4GB", "800MB"), else half of physical memory;
+- memory_limit: `TRACEKIT_MEMORY_LIMIT` (DuckDB's syntax: "4GB", "800MB"), else half of physical memory; a
+  connection running the analyses of tables of known size is held tighter (`limit_to_input`);
 - spill folder: `tracekit-duckdb/PID` under the system's temporary directory (`TMPDIR`), removed when the process
   exits; folders of processes that no longer run (a crash, a kill -9) are removed by the next connection.
 """
@@ -46,6 +47,32 @@ def memory_limit() -> str:
     if given:
         return given
     return f"{physical_memory_bytes() // 2 // 2**20}MB"
+
+
+# Without a tighter limit, DuckDB keeps in memory what it would spill or drop under one: the report's analyses took
+# 341 MB over the tables of a 57 MB trace with half of RAM allowed, 255 MB at 270 MB (same results, same CPU time);
+# 1,252 vs 1,053 MB on a 240 MB trace at 1.14 GB (bench/RESULTS.md, 2026-11-25).
+INPUT_MEMORY_FACTOR = 3
+MIN_INPUT_MEMORY_BYTES = 256 * 2**20  # the critical-path walk of a 35 MB trace fits in this (tests/query)
+
+
+def limit_to_input(con: duckdb.DuckDBPyConnection, input_bytes: int) -> None:
+    """Hold `con` to INPUT_MEMORY_FACTOR times the bytes of the tables it reads (at least MIN_INPUT_MEMORY_BYTES,
+    at most the default); a limit the user set (`TRACEKIT_MEMORY_LIMIT`) is left as it is."""
+    if os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip():
+        return
+    limit = min(physical_memory_bytes() // 2, max(MIN_INPUT_MEMORY_BYTES, INPUT_MEMORY_FACTOR * input_bytes))
+    con.execute(f"set memory_limit = '{limit // 2**20}MiB'")
+
+
+# Below this many bytes of tables, a second DuckDB thread costs more than it gives: the report's analyses of a
+# 2.5k-event trace (~1 MB of tables) took 1.0 instead of 1.2 CPU s on one thread (bench/RESULTS.md, 2026-11-25).
+SMALL_INPUT_BYTES = 8 * 2**20
+
+
+def threads_for_input(input_bytes: int) -> int | None:
+    """DuckDB threads for a connection over tables of `input_bytes`: one for small tables, else all (None)."""
+    return 1 if input_bytes < SMALL_INPUT_BYTES else None
 
 
 def physical_memory_bytes() -> int:

@@ -45,14 +45,18 @@ class TraceTables:
         return pl.from_arrow(getattr(self, name))
 
     @property
+    def nbytes(self) -> int:
+        return sum(table.nbytes for _, table in self.items())
+
+    @property
     def rank_list(self) -> list[int]:
         return sorted(self.ranks.column("rank").to_pylist())
 
     def connect(self, con: duckdb.DuckDBPyConnection | None = None,
                 threads: int | None = None) -> duckdb.DuckDBPyConnection:
         """An embedded DuckDB connection (`connection.connect`) with every table registered as a view of the same
-        name."""
-        con = con or connection.connect(threads)
+        name; `threads` by default as `connection.threads_for_input` says for tables of this size."""
+        con = con or connection.connect(threads or connection.threads_for_input(self.nbytes))
         for name, table in self.items():
             con.register(name, table)
         return con

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from tracekit import schema
 from tracekit.engine.tables import TraceTables
@@ -64,6 +62,10 @@ def check_dataset_rows(path: Path, rows: dict[str, int], expected: dict) -> None
 
 
 def read_table(table_dir: Path, name: str) -> pa.Table:
+    # imported here: pyarrow.dataset takes ~0.2 s to import, and reading trace files never needs it
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
     try:
         table = ds.dataset(table_dir, format="parquet", partitioning="hive").to_table()
         return schema.conform(name, table)
