@@ -1,7 +1,7 @@
 """A generic Excel writer: sheets of blocks (query results) laid out by a definition, written with xlsxwriter.
 
 Nothing here knows what the analyses mean: the definitions in reports/*.toml say which columns, headers, formats,
-widths, data bars and charts each block gets (tracekit/report.py reads them into the dataclasses below).
+widths, data bars and charts each block gets (tracekit/output/workbooks.py reads them into the dataclasses below).
 
 Every string is written with `write_string` (and the workbook refuses to turn strings into formulas, numbers or
 links), so a kernel name such as `=cmd|' /C calc'!A0` stays text. The workbook's created date is fixed so the
