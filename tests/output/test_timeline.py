@@ -130,3 +130,16 @@ def test_step_and_command(tmp_path):
     assert len(doc["slices"]) == members["n"][0]
     result = CliRunner().invoke(main, ["timeline", str(tmp_path / "in"), "-o", str(out), "--step", "99"])
     assert result.exit_code == 2 and "step 99" in result.output
+
+
+def test_replayed_timeline_is_the_replay_of_the_graph(tmp_path):
+    """--replayed: the processes say so, and the slices sit at the replay's times (for an unchanged graph, the
+    measured ones: tracekit.replay reproduces them exactly), read back through tracekit.load."""
+    synth.generate(tmp_path / "in", ranks=1, steps=2, seed=3)
+    out = tmp_path / "replayed.json.gz"
+    result = CliRunner().invoke(main, ["timeline", str(tmp_path / "in"), "-o", str(out), "--replayed"])
+    assert result.exit_code == 0, result.output
+    names = [e["args"]["name"] for e in json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"]
+    assert names and all(name.endswith("· replayed") for name in names), names
+    same_events(load([tmp_path / "in"]), load([out]))

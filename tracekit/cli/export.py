@@ -36,8 +36,6 @@ def chakra_command(traces, out_dir, prefix, rank):
                  f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
 
 
-
-
 @click.command(name="timeline")
 @click.argument("traces", nargs=-1, required=True)
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(path_type=Path),
@@ -47,9 +45,12 @@ def chakra_command(traces, out_dir, prefix, rank):
               help="Only training step N (ProfilerStep#N of each rank; its events as `run --step` selects them).")
 @click.option("--critical-path/--no-critical-path", default=True, show_default=True,
               help="A 'rank R · critical path' track per rank, with flows along the path.")
+@click.option("--replayed", is_flag=True,
+              help="The replay of the graph (`tracekit replay`, no what-if) instead of the measured times; processes "
+                   "are labelled 'replayed'. For a what-if's timeline: `tracekit replay --scale ... -o FILE`.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @user_errors
-def timeline_command(traces, out_path, step, critical_path, rank):
+def timeline_command(traces, out_path, step, critical_path, replayed, rank):
     """Write one timeline of every rank of TRACES: a process per rank and device, launch and sync flows, and the
     critical path."""
     from tracekit.output.files import refuse_input_file
@@ -57,7 +58,11 @@ def timeline_command(traces, out_path, step, critical_path, rank):
     refuse_input_file(out_path, traces)
     tables = load_traces(traces, rank)
     started = time.perf_counter()
-    summary = write_timeline(tables, out_path, step=step, critical_path=critical_path, inputs=traces)
+    if replayed:
+        from tracekit.replay import retimed_tables
+        tables = retimed_tables(tables)
+    summary = write_timeline(tables, out_path, step=step, critical_path=critical_path, inputs=traces,
+                             label="replayed" if replayed else None)
     stdout.print(f"wrote {out_path}: {summary.slices:,} slices on {summary.tracks:,} tracks, {summary.flows:,} "
                  f"flows, {summary.path_segments:,} critical-path segments ({time.perf_counter() - started:.1f} s)")
 
