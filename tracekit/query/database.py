@@ -35,7 +35,8 @@ class TraceDatabase:
     """Every table of a trace set, its analyses and macros, on one embedded DuckDB connection.
 
     `con` is that connection, for what the methods do not cover (`db.con.sql(...)` returns a DuckDB relation;
-    `catalog.prepare(db.con, text)` defines the macros and analysis views TEXT names, as `sql` does). Close it with `close()` or use the database as a context manager.
+    `catalog.prepare(db.con, text)` defines the macros and analysis views TEXT names, as `sql` does). Close it with
+    `close()` or use the database as a context manager.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, source: str):
@@ -106,7 +107,7 @@ class TraceDatabase:
                 where = "the ranks asked for" if ranks else "any rank"
                 raise InputError(f"step {step}: no ProfilerStep#{step} on {where} "
                                  f"(steps there: {', '.join(str(s) for s, in steps) or 'none'})")
-            step_scope.define_scopes(con, where_rank=where_rank, step=int(step))
+            step_scope.define_scopes(con, ranks=ranks, step=int(step))
             try:
                 kept = {name: con.sql(step_scope.scoped_rows_sql(name)).to_arrow_table()
                         for name in TraceTables.names()}

@@ -22,38 +22,28 @@ from tracekit.engine.tables import TraceTables
 
 SCOPES = "step_scopes"  # temp table: rank, step, scope_rank, start_ns, end_ns (the CPU step window)
 MEMBERS = "step_scope_members"  # temp table: rank, id, scope_rank
+# How each table is scoped: queries/scope/NAME.sql over the relation `scoped_source`.
+SCOPE_QUERY = {"events": "events", "edges": "edges", "instants": "in_window", "flows": "in_window"}
 
 
-def define_scopes(con: duckdb.DuckDBPyConnection, *, where_rank: str = "true", step: int | None = None
+def define_scopes(con: duckdb.DuckDBPyConnection, *, ranks: list[int] | None = None, step: int | None = None
                   ) -> pl.DataFrame | None:
-    """Create the temp tables SCOPES and MEMBERS on `con` for the steps of step_windows() that hold events, on the
-    ranks of `where_rank` (an SQL condition on `rank`): step `step`, each scope on its own rank; or, with step None,
-    every step, each on a pseudo-rank. Return the scopes (scope_rank, rank, step) in (rank, step) order; None
-    (nothing left defined) when pseudo-ranks would overflow a 32-bit rank."""
-    of_step = "true" if step is None else f"step = {int(step)}"
-    catalog.load_includes(con, ["lib/steps"])
-    con.execute(f"""
-        create or replace temp table {MEMBERS}_by_step as
-            select rank, id, step from step_members() where {where_rank} and {of_step};
-        create or replace temp table {SCOPES}_windows as
-            select rank, step, start_ns, end_ns,
-                   (dense_rank() over (partition by rank order by step) - 1)::bigint as step_index
-            from step_windows()
-            where {where_rank} and {of_step} and (rank, step) in (select distinct rank, step from {MEMBERS}_by_step)""")
-    scope_rank = "rank::integer"
-    if step is None:
-        top_rank, stride = con.execute(f"select coalesce(max(rank), 0), coalesce(max(step_index), 0) + 1 "
-                                   f"from {SCOPES}_windows").fetchone()
-        if (top_rank + 1) * stride >= 2**31:
-            con.execute(f"drop table {MEMBERS}_by_step; drop table {SCOPES}_windows")
-            return None
-        scope_rank = f"(rank::bigint * {stride} + step_index)::integer"
-    con.execute(f"""
-        create or replace temp table {SCOPES} as
-            select rank, step, {scope_rank} as scope_rank, start_ns, end_ns from {SCOPES}_windows;
-        create or replace temp table {MEMBERS} as
-            select m.rank, m.id, s.scope_rank from {MEMBERS}_by_step m join {SCOPES} s using (rank, step);
-        drop table {MEMBERS}_by_step; drop table {SCOPES}_windows""")
+    """Create the temp tables SCOPES and MEMBERS on `con` for the steps of step_windows() that hold events, on
+    `ranks` (None: every rank): step `step`, each scope on its own rank; or, with step None, every step, each on a
+    pseudo-rank. Return the scopes (scope_rank, rank, step) in (rank, step) order; None (nothing left defined) when
+    pseudo-ranks would overflow a 32-bit rank."""
+    params = {"ranks": None if ranks is None else [int(r) for r in ranks], "step": None if step is None else int(step)}
+    con.execute(f"create or replace temp table {MEMBERS}_by_step as {catalog.ready(con, 'scope/members_by_step')}",
+                params)
+    con.execute(f"create or replace temp table {SCOPES} as {catalog.ready(con, 'scope/windows')}",
+                {"step": params["step"]})
+    if con.execute(f"select coalesce(max(scope_rank), 0) >= 2**31 from {SCOPES}").fetchone()[0]:
+        con.execute(f"drop table {MEMBERS}_by_step; drop table {SCOPES}")
+        return None
+    con.execute(f"create or replace temp table {SCOPES} as select * replace (scope_rank::integer as scope_rank) "
+                f"from {SCOPES}")
+    con.execute(f"create or replace temp table {MEMBERS} as {catalog.ready(con, 'scope/members')}")
+    con.execute(f"drop table {MEMBERS}_by_step")
     return con.sql(f"select scope_rank, rank, step from {SCOPES} order by rank, step").pl()
 
 
@@ -63,23 +53,9 @@ def drop_scopes(con: duckdb.DuckDBPyConnection) -> None:
 
 def scoped_rows_sql(name: str, source: str | None = None) -> str:
     """The rows of table NAME (read from the relation `source`, by default NAME) that belong to the scopes of
-    define_scopes, with `rank` replaced by their scope's rank."""
-    source = source or name
-    if name == "events":
-        return f"select t.* replace (m.scope_rank as rank) from {source} t join {MEMBERS} m using (rank, id)"
-    if name == "edges":
-        return (f"select t.* replace (a.scope_rank as rank) from {source} t "
-                f"join {MEMBERS} a on a.rank = t.rank and a.id = t.src "
-                f"join {MEMBERS} b on b.rank = t.rank and b.id = t.dst "
-                "where a.scope_rank = b.scope_rank and t.kind not like 'et\\_%' escape '\\' "
-                f"union all select t.* replace (s.scope_rank as rank) from {source} t "
-                f"join (select distinct rank, scope_rank from {SCOPES}) s using (rank) "
-                "where t.kind like 'et\\_%' escape '\\'")
-    if name in ("instants", "flows"):
-        return (f"select t.* replace (s.scope_rank as rank) from {source} t join {SCOPES} s "
-                "on s.rank = t.rank and t.ts >= s.start_ns and t.ts < s.end_ns")
-    return (f"select t.* replace (s.scope_rank as rank) from {source} t "
-            f"join (select distinct rank, scope_rank from {SCOPES}) s using (rank)")
+    define_scopes, with `rank` replaced by their scope's rank (queries/scope/*.sql)."""
+    text = catalog.load_query(f"scope/{SCOPE_QUERY.get(name, 'of_rank')}").sql
+    return text.replace("scoped_source", source or name)
 
 
 def replace_with_scoped_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> None:

@@ -1,0 +1,5 @@
+-- question: Which rows of `events` does each scope hold (with rank replaced by the scope's rank)?
+-- inputs: scoped_source (the events to scope), step_scope_members (scope/members.sql)
+-- columns: those of events
+select t.* replace (m.scope_rank as rank)
+from scoped_source t join step_scope_members m on m.rank = t.rank and m.id = t.id
