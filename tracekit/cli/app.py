@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from importlib import import_module
 
 import click
 from rich.console import Console
@@ -50,7 +51,26 @@ def user_errors(fn):
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Which module of tracekit.cli defines each command: a command imports only its own module (and what that
+# imports), so `tracekit report` does not pay for the diff, replay or export code (bench/RESULTS.md).
+COMMAND_MODULES = {"ingest": "traces", "report": "traces", "graph": "traces", "synth": "traces", "diff": "compare",
+                   "sql": "query", "run": "query", "queries": "query", "schema": "query", "export": "export",
+                   "timeline": "export", "replay": "replay"}
+
+
+class CommandsOnDemand(click.Group):
+    """A group whose commands are registered when their module is first imported (on use, or for --help)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | COMMAND_MODULES.keys())
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in COMMAND_MODULES and name not in self.commands:
+            import_module(f"tracekit.cli.{COMMAND_MODULES[name]}")
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=CommandsOnDemand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracekit")
 def main():
     """Turn PyTorch profiler traces into answers: tables, SQL, Excel reports, diffs."""
