@@ -486,7 +486,7 @@ def test_an_analysis_that_runs_out_of_memory_fails_alone(tmp_path, monkeypatch):
     real_load_query = catalog.load_query
     # a list of 200M integers (1.6 GB) cannot be held under a 300 MB limit
     hungry = "select rank, len(list(range)) as n from (select 0 as rank) cross join range(200000000) group by rank"
-    monkeypatch.setattr(analyses, "load_query", lambda name: replaced(real_load_query(name), sql=hungry)
+    monkeypatch.setattr(catalog, "load_query", lambda name: replaced(real_load_query(name), sql=hungry)
                         if name == "critical_path" else real_load_query(name))
     monkeypatch.setenv("TRACEKIT_MEMORY_LIMIT", "300MB")
     result = CliRunner().invoke(main, ["report", str(tmp_path / "trace" / "rank0.json"), "-o", str(tmp_path / "out")])
