@@ -70,6 +70,7 @@ def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.Da
     with catalog.connect(tables) as con:
         nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
         constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
+        collectives = con.sql(catalog.ready(con, "replay/collectives")).pl()
         selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
                                           params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
                     .with_columns(factor=pl.lit(f)) for s, f in factors]
@@ -80,21 +81,30 @@ def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.Da
                    .join(keys.rename({"id": "src", "row": "src_row"}), on=["rank", "src"])
                    .join(keys.rename({"id": "dst", "row": "dst_row"}), on=["rank", "dst"])
                    .with_columns(pl.col("src_row", "dst_row").cast(pl.Int64)))
+    collectives = collectives.join(keys, on=["rank", "id"]).with_columns(pl.col("row").cast(pl.Int64))
     n = nodes.height
-    own = {part: np.ones(n) for part in ("gpu", "cpu", "launch")}
+    own = {part: np.ones(n) for part in ("gpu", "cpu")}
     parent_row = nodes["parent_row"].to_numpy()
+    launches = constraints.filter(pl.col("kind") == "launch")
+    launch_src, launch_dst = launches["src_row"].to_numpy(), launches["dst_row"].to_numpy()
     for frame in selected:
-        # A selector applies once to an event, however many of its ancestors it also picked (aten::to in aten::to).
+        # A selector applies once to an event, however many of its ancestors it also picked (aten::to in aten::to),
+        # and once to a GPU op it picks both itself and through the op that launched it (category:communication:
+        # the NCCL kernel and its record_param_comms).
         picked = frame.join(keys, on=["rank", "id"])
         factor = frame["factor"][0] if frame.height else 1.0
-        for part, targets in (("gpu", ("gpu",)), ("cpu", ("cpu", "op")), ("launch", ("op",))):
-            inside = np.zeros(n, dtype=bool)
-            inside[picked.filter(pl.col("part").is_in(targets))["row"].to_numpy()] = True
-            if part != "gpu":
-                inside = inside_selection(inside, parent_row)
-            own[part] = np.where(inside, own[part] * factor, own[part])
-    chains, cons, measured = build(nodes, constraints, own["cpu"], own["gpu"], own["launch"])
+        host = np.zeros(n, dtype=bool)
+        host[picked.filter(pl.col("part").is_in(("cpu", "op")))["row"].to_numpy()] = True
+        op = np.zeros(n, dtype=bool)
+        op[picked.filter(pl.col("part") == "op")["row"].to_numpy()] = True
+        gpu = np.zeros(n, dtype=bool)
+        gpu[picked.filter(pl.col("part") == "gpu")["row"].to_numpy()] = True
+        gpu[launch_dst[inside_selection(op, parent_row)[launch_src]]] = True
+        own["cpu"] = np.where(inside_selection(host, parent_row), own["cpu"] * factor, own["cpu"])
+        own["gpu"] = np.where(gpu, own["gpu"] * factor, own["gpu"])
+    chains, cons, measured = build(nodes, constraints, collectives, own["cpu"], own["gpu"])
     times, passes = solve(chains, cons, measured)
+    times = times[:2 * n]
     result = nodes.select("rank", "id").with_columns(ts=pl.Series(times[0::2]),
                                                      dur=pl.Series(times[1::2] - times[0::2]))
     return result, passes
