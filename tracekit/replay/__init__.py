@@ -8,9 +8,11 @@ and what is not: docs/replay.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import polars as pl
 
@@ -64,10 +66,12 @@ def as_factors(scale: Mapping[str, float] | Iterable[tuple[str | Selector, float
     return factors + [(s if isinstance(s, Selector) else Selector.parse(s), 0.0) for s in remove or []]
 
 
-def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.DataFrame, int]:
-    """rank, id, ts, dur of every re-timed event under the what-if, and the solver's passes."""
+def replayed_events(tables: TraceTables, scale=None, remove=None,
+                    con: duckdb.DuckDBPyConnection | None = None) -> tuple[pl.DataFrame, int]:
+    """rank, id, ts, dur of every re-timed event under the what-if, and the solver's passes (on `con`, a
+    `catalog.connect(tables)` connection, when given)."""
     factors = as_factors(scale, remove)
-    with catalog.connect(tables) as con:
+    with nullcontext(con) if con is not None else catalog.connect(tables) as con:
         nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
         constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
         collectives = con.sql(catalog.ready(con, "replay/collectives")).pl()
@@ -110,9 +114,10 @@ def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.Da
     return result, passes
 
 
-def retimed_tables(tables: TraceTables, scale=None, remove=None) -> TraceTables:
+def retimed_tables(tables: TraceTables, scale=None, remove=None,
+                   con: duckdb.DuckDBPyConnection | None = None) -> TraceTables:
     """`tables` with every re-timed event's ts and dur replaced by the replay's (other events as measured)."""
-    retimed, _ = replayed_events(tables, scale, remove)
+    retimed, _ = replayed_events(tables, scale, remove, con)
     events = pl.from_arrow(tables.events)
     updated = (events.join(retimed.rename({"ts": "new_ts", "dur": "new_dur"}), on=["rank", "id"], how="left",
                            maintain_order="left")
@@ -135,12 +140,18 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
     scale: {selector: factor} or [(selector, factor)]; remove: [selector] (factor 0). Selectors: kernel:PATTERN,
     op:PATTERN, category:NAME, cpu:PATTERN. With `timeline`, the replayed events are also written there as a
     Chrome-trace timeline (tracekit.output.timeline; processes labelled "replayed"): the "after" picture."""
-    after = retimed_tables(tables, scale, remove)
+    # One connection: the measured windows, the replay's queries, then the re-timed tables registered in place of
+    # the measured ones for the predicted windows and breakdown (the catalog's macros stay loaded).
+    with catalog.connect(tables) as con:
+        catalog.prepare(con, WINDOWS_SQL)
+        measured = con.sql(WINDOWS_SQL).pl()
+        after = retimed_tables(tables, scale, remove, con)
+        after.connect(con)
+        predicted = con.sql(WINDOWS_SQL).pl().rename({"duration_ns": "predicted_ns"})
+        breakdown = run_analysis(after, "steps", con).select(pl.col("rank"), pl.col("step").alias("window_id"),
+                                                             *BREAKDOWN)
     if timeline is not None:
         write_timeline(after, timeline, label="replayed")
-    measured = catalog.sql(tables, WINDOWS_SQL)
-    predicted = catalog.sql(after, WINDOWS_SQL).rename({"duration_ns": "predicted_ns"})
-    breakdown = run_analysis(after, "steps").select(pl.col("rank"), pl.col("step").alias("window_id"), *BREAKDOWN)
     return (measured.join(predicted.drop("step"), on=["rank", "window_id"], how="left")
             .join(breakdown, on=["rank", "window_id"], how="left")
             .select("rank", "step",
