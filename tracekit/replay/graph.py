@@ -4,7 +4,8 @@ Who waited for whom is read from the measurement: where an event had several pre
 lag is smallest is the one it waited for (the binding one) and keeps its measured lag, so that an unchanged graph
 replays to the measured times. The others are assumed not to have held it up: their lag is floored (a stream gap
 or a flow to 0, a launch latency to the rank's median latency of the GPU ops that did wait for their launch).
-All of it is column arithmetic over every event at once.
+Collective kernels of one instance (matched across ranks) end at the last rank's arrival plus each rank's transfer:
+one extra point per instance. All of it is column arithmetic over every event at once.
 """
 
 from __future__ import annotations
