@@ -98,6 +98,66 @@ def test_scaling_every_duration_and_gap_by_two_doubles_a_step_without_idle_time(
     assert step_ms(load(path), scale={"cpu:": 2, "kernel:": 2}) == pytest.approx(0.120)
 
 
+# Two ranks, one all-reduce (µs). Rank 0: aten::mm 10-30 (gemm 25-45 on stream 7), record_param_comms 32-40
+# launches the NCCL kernel at 34-37, which starts at 40 (lag 3) and waits there for rank 1. Rank 1: aten::conv
+# 10-50 (CPU only), record_param_comms 52-60, launch 54-57, kernel at 60: the last to arrive. Both kernels end at
+# 70 (transfer 10); each rank's cudaDeviceSynchronize returns 5 µs after, at 75; both steps end at 100.
+COMM_STREAM = {"pid": 0, "tid": 20}
+PG = {"Collective name": "allreduce", "Process Group Name": "0", "Group size": 2, "dtype": "Float",
+      "In msg nelems": 1024, "Out msg nelems": 1024}
+
+
+def collective_rank(compute, arrive, sync_at):
+    return [x("user_annotation", "ProfilerStep#1", 0, 100, HOST), *compute,
+            x("cpu_op", "record_param_comms", arrive - 8, 8, HOST, **PG),
+            x("cuda_runtime", "cudaLaunchKernel", arrive - 6, 3, HOST, correlation=2),
+            x("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", arrive, 70 - arrive, COMM_STREAM, correlation=2,
+              stream=20, device=0),
+            x("cuda_runtime", "cudaDeviceSynchronize", sync_at, 75 - sync_at, HOST, correlation=3),
+            x("cuda_sync", "Context Sync", sync_at + 1, 73 - sync_at, {"pid": 0, "tid": -1}, correlation=3,
+              device=0, stream=-1, cuda_sync_kind="Context Sync")]
+
+
+COLLECTIVE_RANKS = [
+    collective_rank([x("cpu_op", "aten::mm", 10, 20, HOST),
+                     x("cuda_runtime", "cudaLaunchKernel", 15, 5, HOST, correlation=1),
+                     x("kernel", "gemm_kernel", 25, 20, GPU, correlation=1, stream=7, device=0)], 40, 45),
+    collective_rank([x("cpu_op", "aten::conv", 10, 40, HOST)], 60, 62),
+]
+
+
+@pytest.fixture(scope="module")
+def collective_tables(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("collective")
+    for rank, events in enumerate(COLLECTIVE_RANKS):
+        (folder / f"rank{rank}.json").write_text(json.dumps(
+            {"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events}))
+    return load(folder)
+
+
+@pytest.mark.parametrize(("what_if", "expected_us"), [
+    ({}, (100, 100)),
+    # transfer 10 -> 5: both kernels end at rank 1's arrival + 5 = 65 (rank 0's too: it cannot finish before
+    # rank 1 arrives); syncs return at 70, steps end at 95
+    ({"scale": {"kernel:nccl": 0.5}}, (95, 95)),
+    # rank 0's pre-collective op twice as fast (mm 10-20, gemm 22.5-32.5): it arrives at 30, but the all-reduce
+    # still ends at 60 + 10 = 70 on both ranks, so rank 0's step does not move
+    ({"scale": {"op:aten::mm": 0.5}}, (100, 100)),
+    # the late rank twice as fast (conv 10-30): it arrives at 40 with rank 0; both kernels end at 50, syncs return
+    # at 55, steps end at 80 on both ranks
+    ({"scale": {"op:aten::conv": 0.5}}, (80, 80)),
+    # the kernel scaled once although the selector picks it twice (its GPU category, and its record_param_comms of
+    # op category communication); record_param_comms' own time halves too, so its launch ends 1 + 1.5 µs after
+    # the op starts: rank 0 arrives at 37.5, rank 1 at 57.5; both end at 57.5 + 5, syncs return at 67.5, steps
+    # end at 92.5
+    ({"scale": {"category:communication": 0.5}}, (92.5, 92.5)),
+])
+def test_collectives_end_at_the_last_arrival_plus_the_transfer(collective_tables, what_if, expected_us):
+    rows = replay(collective_tables, **what_if).sort("rank")
+    assert rows["measured_ms"].to_list() == pytest.approx([0.1, 0.1])
+    assert rows["predicted_ms"].to_list() == pytest.approx([t / 1000 for t in expected_us])
+
+
 def test_bad_selectors_are_user_errors():
     with pytest.raises(InputError):
         Selector.parse("kernels:gemm")
@@ -114,9 +174,7 @@ def synth(out, *args):
 
 @pytest.mark.parametrize(("ranks", "slow", "scale"), [
     (1, "gemm=1.5", {"kernel:gemm": 1.5}),
-    pytest.param(2, "nccl=0.5", {"category:communication": 0.5}, marks=pytest.mark.xfail(
-        strict=True, reason="collectives are not coupled across ranks yet: the scaled NCCL kernel's wait for the "
-                            "other rank is halved too (predicted 4.5-5.3% short; docs/replay.md)")),
+    (2, "nccl=0.5", {"category:communication": 0.5}),
 ])
 def test_a_scaled_replay_predicts_the_synth_capture_of_the_change(tmp_path, ranks, slow, scale):
     base = synth(tmp_path / "base", "--ranks", str(ranks), "--noise", "0.05")

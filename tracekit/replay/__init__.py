@@ -8,9 +8,11 @@ and what is not: docs/replay.md.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import polars as pl
 
@@ -64,12 +66,15 @@ def as_factors(scale: Mapping[str, float] | Iterable[tuple[str | Selector, float
     return factors + [(s if isinstance(s, Selector) else Selector.parse(s), 0.0) for s in remove or []]
 
 
-def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.DataFrame, int]:
-    """rank, id, ts, dur of every re-timed event under the what-if, and the solver's passes."""
+def replayed_events(tables: TraceTables, scale=None, remove=None,
+                    con: duckdb.DuckDBPyConnection | None = None) -> tuple[pl.DataFrame, int]:
+    """rank, id, ts, dur of every re-timed event under the what-if, and the solver's passes (on `con`, a
+    `catalog.connect(tables)` connection, when given)."""
     factors = as_factors(scale, remove)
-    with catalog.connect(tables) as con:
+    with nullcontext(con) if con is not None else catalog.connect(tables) as con:
         nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
         constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
+        collectives = con.sql(catalog.ready(con, "replay/collectives")).pl()
         selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
                                           params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
                     .with_columns(factor=pl.lit(f)) for s, f in factors]
@@ -80,29 +85,39 @@ def replayed_events(tables: TraceTables, scale=None, remove=None) -> tuple[pl.Da
                    .join(keys.rename({"id": "src", "row": "src_row"}), on=["rank", "src"])
                    .join(keys.rename({"id": "dst", "row": "dst_row"}), on=["rank", "dst"])
                    .with_columns(pl.col("src_row", "dst_row").cast(pl.Int64)))
+    collectives = collectives.join(keys, on=["rank", "id"]).with_columns(pl.col("row").cast(pl.Int64))
     n = nodes.height
-    own = {part: np.ones(n) for part in ("gpu", "cpu", "launch")}
+    own = {part: np.ones(n) for part in ("gpu", "cpu")}
     parent_row = nodes["parent_row"].to_numpy()
+    launches = constraints.filter(pl.col("kind") == "launch")
+    launch_src, launch_dst = launches["src_row"].to_numpy(), launches["dst_row"].to_numpy()
     for frame in selected:
-        # A selector applies once to an event, however many of its ancestors it also picked (aten::to in aten::to).
+        # A selector applies once to an event, however many of its ancestors it also picked (aten::to in aten::to),
+        # and once to a GPU op it picks both itself and through the op that launched it (category:communication:
+        # the NCCL kernel and its record_param_comms).
         picked = frame.join(keys, on=["rank", "id"])
         factor = frame["factor"][0] if frame.height else 1.0
-        for part, targets in (("gpu", ("gpu",)), ("cpu", ("cpu", "op")), ("launch", ("op",))):
-            inside = np.zeros(n, dtype=bool)
-            inside[picked.filter(pl.col("part").is_in(targets))["row"].to_numpy()] = True
-            if part != "gpu":
-                inside = inside_selection(inside, parent_row)
-            own[part] = np.where(inside, own[part] * factor, own[part])
-    chains, cons, measured = build(nodes, constraints, own["cpu"], own["gpu"], own["launch"])
+        host = np.zeros(n, dtype=bool)
+        host[picked.filter(pl.col("part").is_in(("cpu", "op")))["row"].to_numpy()] = True
+        op = np.zeros(n, dtype=bool)
+        op[picked.filter(pl.col("part") == "op")["row"].to_numpy()] = True
+        gpu = np.zeros(n, dtype=bool)
+        gpu[picked.filter(pl.col("part") == "gpu")["row"].to_numpy()] = True
+        gpu[launch_dst[inside_selection(op, parent_row)[launch_src]]] = True
+        own["cpu"] = np.where(inside_selection(host, parent_row), own["cpu"] * factor, own["cpu"])
+        own["gpu"] = np.where(gpu, own["gpu"] * factor, own["gpu"])
+    chains, cons, measured = build(nodes, constraints, collectives, own["cpu"], own["gpu"])
     times, passes = solve(chains, cons, measured)
+    times = times[:2 * n]
     result = nodes.select("rank", "id").with_columns(ts=pl.Series(times[0::2]),
                                                      dur=pl.Series(times[1::2] - times[0::2]))
     return result, passes
 
 
-def retimed_tables(tables: TraceTables, scale=None, remove=None) -> TraceTables:
+def retimed_tables(tables: TraceTables, scale=None, remove=None,
+                   con: duckdb.DuckDBPyConnection | None = None) -> TraceTables:
     """`tables` with every re-timed event's ts and dur replaced by the replay's (other events as measured)."""
-    retimed, _ = replayed_events(tables, scale, remove)
+    retimed, _ = replayed_events(tables, scale, remove, con)
     events = pl.from_arrow(tables.events)
     updated = (events.join(retimed.rename({"ts": "new_ts", "dur": "new_dur"}), on=["rank", "id"], how="left",
                            maintain_order="left")
@@ -125,12 +140,18 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
     scale: {selector: factor} or [(selector, factor)]; remove: [selector] (factor 0). Selectors: kernel:PATTERN,
     op:PATTERN, category:NAME, cpu:PATTERN. With `timeline`, the replayed events are also written there as a
     Chrome-trace timeline (tracekit.output.timeline; processes labelled "replayed"): the "after" picture."""
-    after = retimed_tables(tables, scale, remove)
+    # One connection: the measured windows, the replay's queries, then the re-timed tables registered in place of
+    # the measured ones for the predicted windows and breakdown (the catalog's macros stay loaded).
+    with catalog.connect(tables) as con:
+        catalog.prepare(con, WINDOWS_SQL)
+        measured = con.sql(WINDOWS_SQL).pl()
+        after = retimed_tables(tables, scale, remove, con)
+        after.connect(con)
+        predicted = con.sql(WINDOWS_SQL).pl().rename({"duration_ns": "predicted_ns"})
+        breakdown = run_analysis(after, "steps", con).select(pl.col("rank"), pl.col("step").alias("window_id"),
+                                                             *BREAKDOWN)
     if timeline is not None:
         write_timeline(after, timeline, label="replayed")
-    measured = catalog.sql(tables, WINDOWS_SQL)
-    predicted = catalog.sql(after, WINDOWS_SQL).rename({"duration_ns": "predicted_ns"})
-    breakdown = run_analysis(after, "steps").select(pl.col("rank"), pl.col("step").alias("window_id"), *BREAKDOWN)
     return (measured.join(predicted.drop("step"), on=["rank", "window_id"], how="left")
             .join(breakdown, on=["rank", "window_id"], how="left")
             .select("rank", "step",

@@ -4,7 +4,8 @@ Who waited for whom is read from the measurement: where an event had several pre
 lag is smallest is the one it waited for (the binding one) and keeps its measured lag, so that an unchanged graph
 replays to the measured times. The others are assumed not to have held it up: their lag is floored (a stream gap
 or a flow to 0, a launch latency to the rank's median latency of the GPU ops that did wait for their launch).
-All of it is column arithmetic over every event at once.
+Collective kernels of one instance (matched across ranks) end at the last rank's arrival plus each rank's transfer:
+one extra point per instance. All of it is column arithmetic over every event at once.
 """
 
 from __future__ import annotations
@@ -75,13 +76,15 @@ def chain_starts(segment: np.ndarray) -> np.ndarray:
     return np.r_[True, segment[1:] != segment[:-1]] if len(segment) else np.zeros(0, dtype=bool)
 
 
-def build(nodes: pl.DataFrame, constraints: pl.DataFrame, host_factor: np.ndarray, gpu_factor: np.ndarray,
-          launch_factor: np.ndarray) -> tuple[Chains, Constraints, np.ndarray]:
-    """Chains, constraints and measured point times for `nodes` (replay/nodes.sql, with `parent_row`) and
-    `constraints` (replay/constraints.sql, with `src_row`, `dst_row`).
+def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFrame, host_factor: np.ndarray,
+          gpu_factor: np.ndarray) -> tuple[Chains, Constraints, np.ndarray]:
+    """Chains, constraints and measured point times for `nodes` (replay/nodes.sql, with `parent_row`),
+    `constraints` (replay/constraints.sql, with `src_row`, `dst_row`) and `collectives` (replay/collectives.sql,
+    with `row`). Points 0 .. 2n-1 are the events' starts and ends; points 2n + i, the arrival of the last rank at
+    collective instance i.
 
-    host_factor: factor on a host event's own time (from the cpu and op selections it lies in); launch_factor: factor
-    on the GPU work a host call launched (op selections); gpu_factor: factor on a GPU op's duration."""
+    host_factor: factor on a host event's own time (from the cpu and op selections it lies in); gpu_factor: factor
+    on a GPU op's duration (from the selections that pick it, or the op that launched it)."""
     n = len(nodes)
     big = np.iinfo(np.int64).max
     parent_row = nodes["parent_row"].to_numpy()
@@ -120,8 +123,13 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, host_factor: np.ndarra
     latency = rank_median_latency(c["rank"].to_numpy(), lag, launch & binding)
     weight = np.where(binding, lag, np.where(launch, np.minimum(lag, latency), np.minimum(lag, 0)))
     # A sync call ends no earlier than the op it waited for plus the time it took to return (measured); of its own
-    # duration it keeps the part it did not spend waiting.
-    weight = np.where(sync, np.minimum(lag, dst_dur), weight)
+    # duration it keeps the part it did not spend waiting. A call that waited for several ops (a device sync: the
+    # last op of each stream) waited for the one that ended last (smallest lag); it returns no earlier than the
+    # others' ends.
+    sync_best = np.full(n, big, dtype=np.int64)
+    np.minimum.at(sync_best, dst[sync], lag[sync])
+    sync_binds = sync & (lag <= sync_best[dst])
+    weight = np.where(sync, np.where(sync_binds, np.minimum(lag, dst_dur), np.minimum(lag, 0)), weight)
     waited = np.zeros(n, dtype=np.int64)
     np.maximum.at(waited, dst[sync], np.clip(dst_dur[sync] - lag[sync], 0, dst_dur[sync]))
 
@@ -134,12 +142,15 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, host_factor: np.ndarra
     scale = np.where(h_owner >= 0, host_scale[np.maximum(h_owner, 0)], 1.0)
     h_delta = np.round(h_delta * scale).astype(np.int64)
 
-    # GPU deltas: the gap before an op only where the stream was what it waited for; its duration scaled by its own
-    # selections and those of the ops that launched it.
-    gpu_scale = gpu_factor.copy()
-    gpu_scale[dst[launch]] *= launch_factor[src[launch]]
+    # GPU deltas: the gap before an op only where the stream was what it waited for; its duration scaled.
     g_start_delta = np.where(chain_binds[g_rows], g_gap, np.minimum(g_gap, 0))
-    g_end_delta = np.round((end[g_rows] - ts[g_rows]) * gpu_scale[g_rows]).astype(np.int64)
+    # A coupled collective kernel lasts its transfer time after the last rank's arrival (its own start included):
+    # its wait for the peers is not its own work, and a what-if scales the transfer alone.
+    own_time = end - ts
+    c_rows, c_instance = collectives["row"].to_numpy(), collectives["instance"].to_numpy()
+    transfer = np.round(collectives["transfer"].to_numpy() * gpu_factor[c_rows]).astype(np.int64)
+    own_time[c_rows] = collectives["transfer"].to_numpy()
+    g_end_delta = np.round(own_time[g_rows] * gpu_factor[g_rows]).astype(np.int64)
     g_point = np.stack([2 * g_rows, 2 * g_rows + 1], axis=1).ravel()
     g_delta = np.stack([np.where(g_first, 0, g_start_delta), g_end_delta], axis=1).ravel()
     g_segment = np.repeat(g_chain, 2) + (h_segment.max() + 1 if len(h_segment) else 0)
@@ -152,9 +163,20 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, host_factor: np.ndarra
     launched[dst[launch]] = True
     anchored = chain_starts(segment) & ~((order % 2 == 0) & launched[order // 2])
     anchor = np.where(anchored, measured[order], NEVER)
-    # Constraints run from the source's end to the dependant's start (a sync: to the waiting call's end).
-    cons = Constraints(src=2 * src + 1, dst=2 * dst + sync.astype(np.int64), weight=weight.astype(np.int64))
-    return Chains(order=order, segment=segment, delta=delta, anchor=anchor), cons, measured
+    # Constraints run from the source's end to the dependant's start (a sync: to the waiting call's end); a
+    # collective's arrival point (a chain of its own) from each of its kernels' starts, and to each of their ends.
+    arrivals = 2 * n + np.arange(c_instance.max() + 1 if len(c_instance) else 0)
+    arrival_time = np.full(len(arrivals), NEVER, dtype=np.int64)
+    np.maximum.at(arrival_time, c_instance, ts[c_rows])
+    first_arrival_segment = segment.max() + 1 if len(segment) else 0
+    chains = Chains(order=np.concatenate([order, arrivals]),
+                    segment=np.concatenate([segment, first_arrival_segment + np.arange(len(arrivals))]),
+                    delta=np.concatenate([delta, np.zeros(len(arrivals), np.int64)]),
+                    anchor=np.concatenate([anchor, np.full(len(arrivals), NEVER, dtype=np.int64)]))
+    cons = Constraints(src=np.concatenate([2 * src + 1, 2 * c_rows, arrivals[c_instance]]),
+                       dst=np.concatenate([2 * dst + sync.astype(np.int64), arrivals[c_instance], 2 * c_rows + 1]),
+                       weight=np.concatenate([weight.astype(np.int64), np.zeros(len(c_rows), np.int64), transfer]))
+    return chains, cons, np.concatenate([measured, arrival_time])
 
 
 def previous_is_own_start(points: np.ndarray) -> np.ndarray:
