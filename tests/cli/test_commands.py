@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import subprocess
 import sys
@@ -24,10 +25,11 @@ def test_every_command_is_found_in_the_module_that_defines_it():
 
 def test_a_report_does_not_import_the_other_commands():
     """`tracekit report` imports its own command module only (the point of loading commands on demand)."""
-    code = ("import sys; from tracekit.cli import main\n"
+    code = ("import json, sys; from tracekit.cli import main\n"
             "try:\n    main(['report', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('tracekit.cli.', 'tracekit.diff', 'tracekit.replay'))))")
+            "print(json.dumps(sorted(m for m in sys.modules\n"
+            "                        if m.startswith(('tracekit.cli.', 'tracekit.diff', 'tracekit.replay')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
-    loaded = eval(out.strip().splitlines()[-1])
+    loaded = json.loads(out.strip().splitlines()[-1])
     assert "tracekit.cli.traces" in loaded
     assert not {"tracekit.cli.compare", "tracekit.cli.replay", "tracekit.cli.export", "tracekit.replay"} & set(loaded)

@@ -80,3 +80,9 @@ def test_a_section_added_as_one_entry_is_compared(runs):
     assert result.metric(f"stream:{stream}")["verdict"] == "slower"
     assert "streams" in set(result.top_changes(50)["section"])
     assert result.measures.filter(pl.col("section") == "streams").height == 9 * 2  # count and total_us per row
+
+
+def test_a_section_with_an_unknown_top_changes_value_is_refused():
+    """A misspelt `top_changes` would silently keep the section out of the top changes: it is refused instead."""
+    with pytest.raises(ValueError, match="top_changes 'Yes'"):
+        Section("streams", "kernel_by_op", {"stream": pl.Int64}, (COUNT,), (), True, top_changes="Yes")

@@ -16,8 +16,8 @@ import tracekit
 from tests.conftest import REPO, shared_trace
 from tests.support import raw_trace
 from tracekit import schema
+from tracekit.engine import catalog
 from tracekit.errors import InputError
-from tracekit.query.database import ANALYSES_AS_VIEWS
 
 DLRM = "multirank/dlrm_8ranks_v100"
 BERT = "nvidia/h100_bert-small.json.gz"
@@ -109,7 +109,7 @@ def test_overlapping_finds_events_on_other_tracks(bert):
 
 def test_analyses_are_views_and_queries_can_be_scoped(dlrm_dataset, dlrm_raw):
     with tracekit.open(dlrm_dataset) as db:
-        for name in ANALYSES_AS_VIEWS:  # every analysis's view binds (nothing runs until rows are asked for)
+        for name in catalog.viewable():  # every analysis's view binds (nothing runs until rows are asked for)
             assert db.relation(f"select * from {name}").columns, name
         assert not db.analysis_problems
         joined = db.sql("select s.rank, s.count from op_summary s join ranks r using (rank) "

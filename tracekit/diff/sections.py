@@ -72,6 +72,10 @@ class Section:
     metric_name: str | None = None  # how --metric / DiffResult.metric names one of its rows: "op:NAME"
     top_changes: str = "no"  # one of TOP_CHANGES
 
+    def __post_init__(self):
+        if self.top_changes not in TOP_CHANGES:
+            raise ValueError(f"section {self.name}: top_changes {self.top_changes!r} is not one of {TOP_CHANGES}")
+
     @property
     def keys(self) -> tuple[str, ...]:
         return tuple(self.key_types)
@@ -130,8 +134,6 @@ def top_change_sections(sections: dict[str, Section], kernel_names_differ: bool 
     return tuple(s.name for s in sections.values() if s.top_changes in wanted)
 
 
-TOTALS_ANALYSES = totals_analyses(SECTIONS)
-PER_STEP_ANALYSES = per_step_analyses(SECTIONS)
 TOP_CHANGE_SECTIONS = top_change_sections(SECTIONS)
 
 

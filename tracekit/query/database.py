@@ -171,10 +171,6 @@ def open_dataset(path: Path) -> TraceDatabase:
 
 
 
-# Analyses that read only tables and other analyses: each is a view of its name (catalog.prepare)
-ANALYSES_AS_VIEWS = catalog.viewable()
-
-
 def parquet_rows(path: Path) -> int:
     try:
         return pq.read_metadata(path).num_rows
