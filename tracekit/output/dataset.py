@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,6 +26,20 @@ def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> li
     `force`) once complete: a failure leaves nothing behind and an existing dataset as it was. The same tables give
     the same bytes.
     """
+    with building_dataset(out_dir, force) as building:
+        written = write_tables(tables, building)
+        write_marker(building, {name: t.num_rows for name, t in tables.items()}, tables.rank_list)
+    return [Path(out_dir) / p.relative_to(building) for p in written]
+
+
+@contextmanager
+def building_dataset(out_dir: Path, force: bool = False) -> Iterator[Path]:
+    """A new directory to write a dataset into (by `write_tables`, from any process that sees it, then
+    `write_marker`), which takes out_dir's place when the block ends without error and is removed when it fails.
+
+    Refused (InputError) before anything is made: out_dir is a file, or a non-empty folder that is not a dataset, or
+    a dataset without `force`.
+    """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
@@ -32,17 +48,25 @@ def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> li
             raise InputError(f"{out_dir}: directory is not empty (use --force to replace a dataset there)")
         if not is_dataset(out_dir):
             raise InputError(f"{out_dir}: not empty and not a tracekit dataset; refusing to overwrite it")
-    written: list[Path] = []
     with created_dir(out_dir.parent), replacing_dir(out_dir) as building:
-        for name, table in tables.items():
-            if table.num_rows:
-                written += write_partitions(name, in_key_order(name, table), building / name)
-        manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION,
-                    "schema_fingerprint": schema.fingerprint(),
-                    "tables": {name: t.num_rows for name, t in tables.items()},
-                    "ranks": tables.rank_list}
-        (building / DATASET_MARKER).write_text(json.dumps(manifest, indent=1))
-    return [out_dir / p.relative_to(building) for p in written]
+        yield building
+
+
+def write_tables(tables: TraceTables, building: Path) -> list[Path]:
+    """Every non-empty table's partitions under `building` (one file per rank). Tables of different ranks can be
+    written by different processes into one dataset: a rank's files depend on its rows only."""
+    written: list[Path] = []
+    for name, table in tables.items():
+        if table.num_rows:
+            written += write_partitions(name, in_key_order(name, table), building / name)
+    return written
+
+
+def write_marker(building: Path, rows: dict[str, int], ranks: list[int]) -> None:
+    """The `_tracekit.json` marker, written last: readers take a folder without it for no dataset."""
+    manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION,
+                "schema_fingerprint": schema.fingerprint(), "tables": rows, "ranks": ranks}
+    (building / DATASET_MARKER).write_text(json.dumps(manifest, indent=1))
 
 
 def in_key_order(name: str, table: pa.Table) -> pa.Table:
