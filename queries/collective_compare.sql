@@ -1,5 +1,6 @@
 -- question: For each collective, how far apart did the ranks arrive and how long did each rank wait?
 -- inputs: collective_skew, collective_waits, ranks
+-- scope: across ranks
 -- columns:
 --   process_group: process group
 --   seq: sequence number of the collective in its group

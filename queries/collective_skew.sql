@@ -1,6 +1,6 @@
 -- question: For each collective, how far apart did the ranks arrive, and which rank was last (everyone waited for it)?
--- inputs: events, edges, ranks
--- includes: lib/collectives
+-- inputs: collectives
+-- scope: across ranks
 -- columns:
 --   process_group: process group (as in collectives)
 --   seq: order of the collective within the process group (as in collectives): the same seq on every rank is
@@ -24,7 +24,7 @@
 --   (check that `collective` and `bytes` agree across ranks in collectives). Start times are compared across
 --   hosts as written: clocks are assumed synchronised. A kernel's start is when its rank reached the collective
 --   on the GPU, so the wait is time spent inside the kernel waiting for the peers.
-with kernels as materialized (select * from collective_kernels()),
+with kernels as materialized (select * from collectives),
 arrivals as (
     select *, max(start_ns) over collective_key as last_start_ns
     from kernels
@@ -38,7 +38,7 @@ select process_group, seq, mode(collective) as collective, count(*) as ranks,
        arg_max(bytes, struct_pack(start_ns, neg_rank := -rank)) as bytes,
        min(start_ns) as first_start_ns, max(start_ns) as last_start_ns,
        (max(end_ns) - min(end_ns)) / 1e3 as end_skew_us,
-       arg_max(dur, struct_pack(start_ns, neg_rank := -rank)) / 1e3 as transfer_us,
+       arg_max(duration_us, struct_pack(start_ns, neg_rank := -rank)) as transfer_us,
        avg(last_start_ns - start_ns) / 1e3 as mean_wait_us
 from arrivals
 group by process_group, seq

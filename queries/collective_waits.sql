@@ -1,6 +1,6 @@
 -- question: How long did each rank wait in each collective for the last rank to arrive?
--- inputs: events, edges, ranks
--- includes: lib/collectives
+-- inputs: collectives
+-- scope: across ranks
 -- columns:
 --   rank: rank
 --   process_group: process group (as in collectives)
@@ -14,7 +14,7 @@
 --   ranks: ranks in the trace set that have this collective
 -- notes: Matching and clock assumptions as in collective_skew. Summed per rank, wait_us is the time a rank lost
 --   to the others' lateness; the rank that is slowest most often is the straggler.
-with kernels as materialized (select * from collective_kernels()),
+with kernels as materialized (select * from collectives),
 keyed as (
     select *, max(start_ns) over collective_key as last_start_ns,
            arg_max(rank, struct_pack(start_ns, neg_rank := -rank)) over collective_key as slowest_rank,
@@ -23,6 +23,6 @@ keyed as (
     window collective_key as (partition by process_group, seq)
 )
 select rank, process_group, seq, (last_start_ns - start_ns) / 1e3 as wait_us, collective, start_ns, last_start_ns,
-       dur / 1e3 as duration_us, rank = slowest_rank as is_slowest, ranks
+       duration_us, rank = slowest_rank as is_slowest, ranks
 from keyed
 order by rank, process_group, seq

@@ -1,7 +1,7 @@
 -- question: Which entries could tracekit not use or link (the first 100 of each reason, per rank)?
 -- inputs: diagnostics, ranks
 -- columns:
---   rank: rank (notes about no rank in particular are listed for every rank)
+--   rank: rank (a note about no rank in particular, e.g. a file-level one, is listed for the ranks read from its file)
 --   stage: stage that wrote the note
 --   reason: short machine-readable reason
 --   source_file: file concerned
@@ -14,7 +14,8 @@
 with notes as (
     select r.rank, d.* exclude (rank)
     from diagnostics d
-    join ranks r on d.rank = r.rank or d.rank is null or d.rank not in (select rank from ranks)
+    join ranks r on d.rank = r.rank
+    or (d.rank is null or d.rank not in (select rank from ranks)) and d.source_file = r.source_file
 )
 select rank, stage, reason, source_file, position, dropped, detail, raw
 from notes

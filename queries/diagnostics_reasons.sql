@@ -1,5 +1,6 @@
 -- question: Over all ranks, what could tracekit not use or link, by reason (for the terminal summary)?
 -- inputs: diagnostics, ranks
+-- scope: across ranks
 -- columns:
 --   stage: stage that wrote the note
 --   reason: short machine-readable reason

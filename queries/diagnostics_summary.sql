@@ -1,7 +1,8 @@
 -- question: What could tracekit not use or link on each rank, grouped by reason?
 -- inputs: diagnostics, ranks
 -- columns:
---   rank: rank (notes about no rank in particular, e.g. a file-level note, count for every rank)
+--   rank: rank (a note about no rank in particular, e.g. a file-level one, counts for the ranks read from its file;
+--     notes about a file that gave no rank, such as one that could not be read, are in diagnostics_reasons)
 --   stage: stage that wrote the note (ingest, edges, et, ...)
 --   reason: short machine-readable reason
 --   entries: notes with this reason
@@ -11,7 +12,8 @@
 with notes as (
     select r.rank, d.* exclude (rank)
     from diagnostics d
-    join ranks r on d.rank = r.rank or d.rank is null or d.rank not in (select rank from ranks)
+    join ranks r on d.rank = r.rank
+    or (d.rank is null or d.rank not in (select rank from ranks)) and d.source_file = r.source_file
 )
 select rank, stage, reason,
        count(*) as entries,

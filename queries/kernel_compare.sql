@@ -1,5 +1,6 @@
 -- question: How much time does each GPU kernel take on every rank, side by side?
 -- inputs: kernel_summary, ranks
+-- scope: across ranks
 -- includes: lib/rank_spread
 -- columns:
 --   kernel_name: kernel name

@@ -1,5 +1,6 @@
 -- question: How much kernel time does each op take on every rank, side by side?
 -- inputs: op_summary, ranks
+-- scope: across ranks
 -- includes: lib/rank_spread
 -- columns:
 --   name: op name

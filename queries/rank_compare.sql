@@ -1,5 +1,6 @@
 -- question: How do the ranks compare on the headline metrics, and which rank is the outlier?
 -- inputs: step_stats, gpu_timeline, op_summary, ranks
+-- scope: across ranks
 -- columns:
 --   metric_order: position of the metric in the list (for sorting)
 --   metric: metric name, with its unit

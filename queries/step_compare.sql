@@ -1,5 +1,6 @@
 -- question: How long did each step take on every rank, and which rank was slowest?
 -- inputs: steps, ranks
+-- scope: across ranks
 -- columns:
 --   step: step number (steps are matched across ranks by number)
 --   ranks: ranks that have the step

@@ -20,6 +20,7 @@ from importlib import import_module
 # name → the module that defines it (a module name alone: the name is that sub-package).
 _PUBLIC = {
     "CutTraceWarning": "tracekit.inputs",
+    "LeftOutFileWarning": "tracekit.inputs",
     "InputError": "tracekit.errors",
     "TraceDatabase": "tracekit.query.database",
     "TraceTables": "tracekit.engine.tables",

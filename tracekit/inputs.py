@@ -24,6 +24,7 @@ from tracekit.errors import InputError
 from tracekit.read.dataset import DATASET_MARKER
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+UNREADABLE = "file_unreadable"  # diagnostics reason of a trace file left out because it could not be read
 NOT_TRACES = ("ground_truth.json",)  # written beside its traces by `tracekit synth`; skipped in directory scans
 
 
@@ -34,6 +35,15 @@ class CutTraceWarning(UserWarning):
     `diagnostics` table. Silence it with `warnings.simplefilter("ignore", tracekit.CutTraceWarning)`, or turn it into
     an error with "error".
     """
+
+
+class LeftOutFileWarning(UserWarning):
+    """A trace file among several could not be read (not JSON, not a trace, unreadable): it was left out and the
+    others were read. The message is `FILE: why`; the file's `file_unreadable` row in `diagnostics` says the same.
+    When no file can be read, InputError is raised instead."""
+
+
+INPUT_WARNINGS = (CutTraceWarning, LeftOutFileWarning)  # what the reader says about its input files
 
 
 @dataclass(frozen=True)
@@ -112,7 +122,7 @@ def check_tables(tables: TraceTables, inputs: Inputs, require_events: bool = Tru
     CutTraceWarning for each cut trace file among them."""
     if require_events:
         refuse_no_events(tables, list(inputs.given))
-    warn_about_cut_files(tables.diagnostics)
+    warn_about_files(tables.diagnostics)
     return tables
 
 
@@ -127,17 +137,21 @@ def refuse_no_events(tables: TraceTables, files: list[str | Path]) -> None:
     raise InputError(f"{named}: no trace events ({why})")
 
 
-def cut_files(diagnostics: pa.Table) -> list[tuple[str, str]]:
-    """(file, what was recovered) for each cut trace file: the `truncated` rows of a diagnostics table."""
-    cut = diagnostics.filter(pc.equal(diagnostics.column("reason"), "truncated"))
-    return list(dict.fromkeys(zip(cut.column("source_file").to_pylist(), cut.column("detail").to_pylist())))
+def files_noted(diagnostics: pa.Table, reason: str) -> list[tuple[str, str]]:
+    """(file, detail) for each file with a REASON row in a diagnostics table: `truncated` (a cut file: what was
+    recovered), `file_unreadable` (a file left out: why)."""
+    rows = diagnostics.filter(pc.equal(diagnostics.column("reason"), reason))
+    return list(dict.fromkeys(zip(rows.column("source_file").to_pylist(), rows.column("detail").to_pylist())))
 
 
-def warn_about_cut_files(diagnostics: pa.Table) -> None:
-    """A CutTraceWarning for each cut trace file named in DIAGNOSTICS, shown at the caller's line that called
-    tracekit (not a line inside it)."""
-    for source, detail in cut_files(diagnostics):
-        warnings.warn(f"{source}: {detail}", CutTraceWarning, stacklevel=outside_tracekit())
+def warn_about_files(diagnostics: pa.Table) -> None:
+    """A CutTraceWarning for each cut trace file and a LeftOutFileWarning for each file left out, as DIAGNOSTICS
+    name them, shown at the caller's line that called tracekit (not a line inside it)."""
+    for reason, category in (("truncated", CutTraceWarning), (UNREADABLE, LeftOutFileWarning)):
+        for source, detail in files_noted(diagnostics, reason):
+            message = f"{detail}; left out (the other files were read)" if category is LeftOutFileWarning \
+                else f"{source}: {detail}"
+            warnings.warn(message, category, stacklevel=outside_tracekit())
 
 
 def outside_tracekit() -> int:

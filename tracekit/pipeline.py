@@ -15,7 +15,7 @@ import pyarrow as pa
 from tracekit import schema
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import Inputs, check_tables, resolve_inputs
+from tracekit.inputs import UNREADABLE, Inputs, check_tables, resolve_inputs
 from tracekit.link.edges import build_edges
 from tracekit.link.et import attach_execution_traces
 from tracekit.read.dataset import read_dataset
@@ -50,25 +50,28 @@ def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = N
 
 def read_files(files: list[Path], rank: int | None, progress: Progress | None, edges: bool,
                workers: int | None) -> TraceTables:
-    """The stages in order over trace files: read each (ranks applied), link (edges, Execution Traces)."""
-    if rank is not None and len(files) > 1:
-        raise InputError(f"--rank {rank}: applies to one trace file, but {len(files)} were given")
+    """The stages in order over trace files: read each (ranks applied), link (edges, Execution Traces).
 
+    A file that cannot be read is left out, with a `file_unreadable` note in diagnostics, when another file can be
+    (a bad trace among many does not stop the rest); when none can, the first file's error is raised.
+    """
+    check_rank_option(rank, files)
     parts: list[FileTables] = []
     unranked = []
+    unread: list[tuple[Path, str]] = []
     claimed: dict[int, Path] = {}
 
     def add(path: Path, part: FileTables):
-        for r in part.tables["ranks"].column("rank").to_pylist():
-            if r in claimed:
-                raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too (pass one rank's files, or --rank)")
-            claimed[r] = path
+        claim_ranks(claimed, path, part.tables["ranks"].column("rank").to_pylist())
         parts.append(part)
         if progress:
             progress(path, path.stat().st_size)
 
     execution_traces = []
     for path, trace in zip(files, read_traces(files, workers)):
+        if isinstance(trace, InputError):
+            unread.append((path, str(trace)))
+            continue
         if trace.is_execution_trace:
             execution_traces.append(path)
             continue
@@ -78,37 +81,83 @@ def read_files(files: list[Path], rank: int | None, progress: Progress | None, e
             continue
         add(path, rank_tables(trace, r, source))
         del trace
-    next_rank = 0
-    for path, trace in unranked:
-        while next_rank in claimed:
-            next_rank += 1
-        add(path, rank_tables(trace, next_rank, "file_order"))
+    if unread and not parts and not unranked and not execution_traces:
+        raise InputError(unread[0][1])
+    for (path, trace), r in zip(unranked, file_order_ranks(claimed, len(unranked))):
+        add(path, rank_tables(trace, r, "file_order"))
     tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
                             for name in TraceTables.names()})
+    tables = tables.with_tables(diagnostics=concat("diagnostics", [tables.diagnostics, unread_notes(unread)]))
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
     tables = build_edges(tables) if edges else tables
     return attach_execution_traces(tables, execution_traces)
 
 
-def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts]:
-    """Each file read (ranks not applied yet), in order: in this process, or in `workers` processes.
+def check_rank_option(rank: int | None, files: list) -> None:
+    if rank is not None and len(files) > 1:
+        raise InputError(f"--rank {rank}: applies to one trace file, but {len(files)} were given")
+
+
+def claim_ranks(claimed: dict[int, Path], path: Path, ranks: list[int]) -> None:
+    """Record that PATH holds RANKS; InputError when another file holds one of them."""
+    for r in ranks:
+        if r in claimed:
+            raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too (pass one rank's files, or --rank)")
+        claimed[r] = path
+
+
+def file_order_ranks(claimed: dict[int, Path], count: int) -> list[int]:
+    """Ranks for COUNT files that do not say theirs, in file order: the lowest ones no file claimed."""
+    free, r = [], 0
+    while len(free) < count:
+        if r not in claimed:
+            free.append(r)
+        r += 1
+    return free
+
+
+def unread_notes(unread: list[tuple[Path, str]]) -> pa.Table:
+    """A `file_unreadable` note per file left out: about no rank (the file gave none), dropped whole."""
+    return pa.Table.from_pylist([dict(rank=None, source_file=str(path), position=None, stage="ingest",
+                                      reason=UNREADABLE, detail=why, dropped=True, raw=None) for path, why in unread],
+                                schema=schema.DIAGNOSTICS.arrow_schema)
+
+
+def file_tables(path: Path, trace: TraceParts, rank: int, rank_source: str, edges: bool = True) -> TraceTables:
+    """One Kineto file's tables, ranks applied and linked: what `read_files` gives for a set of that one file. A
+    file's ranks are its own (every key includes rank), so files can be read and linked apart, in other processes."""
+    part = rank_tables(trace, rank, rank_source)
+    tables = TraceTables(**{name: part.tables.get(name, schema.empty(name)) for name in TraceTables.names()})
+    return build_edges(tables) if edges else tables
+
+
+def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts | InputError]:
+    """Each file read (ranks not applied yet), in order, or the InputError saying why it could not be: in this
+    process, or in `workers` processes.
 
     Not the default: on a 2-core machine, starting workers and pickling their tables back cost more than the
     parallelism saved, even for 4 files of 100 MB (bench/RESULTS.md).
     """
     if workers and workers > 1 and len(files) > 1:
         return _read_in_processes(files, min(workers, len(files)))
-    return map(read_trace, files)
+    return map(read_or_error, files)
 
 
-def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts]:
+def read_or_error(path: Path) -> TraceParts | InputError:
+    try:
+        return read_trace(path)
+    except InputError as error:
+        return error
+
+
+def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts | InputError]:
     import multiprocessing  # here: most runs read in this process, and the import is not free
     from concurrent.futures import ProcessPoolExecutor
 
     # spawn, not fork: forking a process whose Polars/Arrow thread pools are running can deadlock the child
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        yield from pool.map(read_trace, files)
+        yield from pool.map(read_or_error, files)
     finally:
         pool.shutdown(cancel_futures=True)
 

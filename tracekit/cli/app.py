@@ -17,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import CutTraceWarning, Inputs, resolve_inputs
+from tracekit.inputs import INPUT_WARNINGS, Inputs, resolve_inputs
 from tracekit.pipeline import load
 from tracekit.query.database import TraceDatabase, open_traces
 
@@ -96,14 +96,16 @@ def warn_about_failed_analyses(failures: dict[str, str]) -> None:
 
 
 @contextmanager
-def cut_files_reported() -> Iterator[None]:
-    """The API's CutTraceWarnings issued inside, as warning lines (other warnings go on as they were)."""
+def input_warnings_reported() -> Iterator[None]:
+    """The API's warnings about input files issued inside (a cut file, a file left out), as warning lines (other
+    warnings go on as they were)."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CutTraceWarning)
+        for category in INPUT_WARNINGS:
+            warnings.simplefilter("always", category)
         yield
-    warn(str(w.message) for w in caught if issubclass(w.category, CutTraceWarning))
+    warn(str(w.message) for w in caught if issubclass(w.category, INPUT_WARNINGS))
     for w in caught:
-        if not issubclass(w.category, CutTraceWarning):
+        if not issubclass(w.category, INPUT_WARNINGS):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
@@ -124,12 +126,12 @@ def load_traces(paths: Iterable[str], rank: int | None = None) -> TraceTables:
     """`tracekit.load` (its input rules: InputError for no events, a warning line per cut trace file), with a
     progress bar."""
     inputs = resolve_inputs(paths)
-    with cut_files_reported(), progress_bar(inputs) as progress:
+    with input_warnings_reported(), progress_bar(inputs) as progress:
         return load(inputs, rank=rank, progress=progress)
 
 
 def open_database(paths: Iterable[str], rank: int | None = None) -> TraceDatabase:
     """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place."""
     inputs = resolve_inputs(paths)
-    with cut_files_reported(), progress_bar(inputs) as progress:
+    with input_warnings_reported(), progress_bar(inputs) as progress:
         return open_traces(inputs, rank=rank, progress=progress)

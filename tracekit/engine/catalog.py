@@ -70,11 +70,15 @@ class Query:
     columns: dict[str, str]  # column → "unit, meaning"
     notes: str
     includes: tuple[str, ...] = ()
+    # "across ranks": each row may combine ranks, so the query runs where every rank's results meet (its inputs are
+    # then per-rank analyses and `ranks`); otherwise its rows for a rank depend on that rank's rows only
+    scope: str = "per rank"
     macros: dict[str, str] = field(default_factory=dict)  # macro → "(parameters): doc", as its header documents it
 
 
 HEADER_LINE = re.compile(r"^--\s?(.*)$")
-LISTS = ("columns", "macros")  # header keys whose value is a list of `  entry: description` lines
+LISTS = ("columns", "macros")
+SCOPES = ("per rank", "across ranks")  # header keys whose value is a list of `  entry: description` lines
 
 
 def parse_header(name: str, text: str) -> Query:
@@ -104,11 +108,14 @@ def parse_header(name: str, text: str) -> Query:
     required = {"about"} if name.startswith("lib/") else {"question", "inputs"}
     if "/" not in name:
         required |= {"columns"}
+    if fields.get("scope", "per rank") not in SCOPES:
+        raise ValueError(f"queries/{name}.sql: scope {fields['scope']!r} is not one of {SCOPES}")
     missing = required - fields.keys()
     if missing:
         raise ValueError(f"queries/{name}.sql: header lacks {sorted(missing)}")
     return Query(name, text, fields.get("question", fields.get("about", "")), split_list(fields.get("inputs", "")),
                  lists["columns"], fields.get("notes", ""), split_list(fields.get("includes", "")),
+                 fields.get("scope", "per rank"),
                  {re.sub(r"\(.*", "", entry): entry[len(re.sub(r"\(.*", "", entry)):] + ": " + doc
                   for entry, doc in lists["macros"].items()})
 
@@ -215,6 +222,11 @@ def preludes() -> str:
 def analysis_inputs(name: str) -> list[str]:
     """The other analyses NAME reads (its inputs named like a query that are not tables), in header order."""
     return [i for i in load_query(name).inputs if i not in TraceTables.names() and re.fullmatch(r"[a-z_0-9]+", i)]
+
+
+def across_ranks(name: str) -> bool:
+    """NAME combines ranks in a row (header `scope: across ranks`): it runs where the ranks' results meet."""
+    return load_query(name).scope == "across ranks"
 
 
 def analysis_order(name: str) -> list[str]:

@@ -25,7 +25,7 @@ from tracekit import schema
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import Inputs, resolve_inputs, warn_about_cut_files
+from tracekit.inputs import UNREADABLE, Inputs, resolve_inputs, warn_about_files
 from tracekit.pipeline import load
 from tracekit.query import step_scope
 from tracekit.read.dataset import check_dataset, check_dataset_rows, dataset_table_files, first_line
@@ -138,7 +138,7 @@ def open_traces(inputs: str | Path | list[str | Path] | Inputs, rank: int | None
     inputs = resolve_inputs(inputs)
     if inputs.dataset is not None:
         db = open_dataset(inputs.dataset)
-        warn_about_cut_files(db.sql_arrow("from diagnostics where reason = 'truncated'"))
+        warn_about_files(db.sql_arrow(f"from diagnostics where reason in ('truncated', '{UNREADABLE}')"))
         return db
     return from_tables(load(inputs, rank=rank, progress=progress), inputs.label)
 
