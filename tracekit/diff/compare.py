@@ -17,7 +17,7 @@ from tracekit.diff.comparison import (
 )
 from tracekit.diff.measures import merged_step_ops
 from tracekit.diff.sections import SECTIONS, Section, per_step_analyses, totals_analyses
-from tracekit.diff.side import Side, result, step_basis, step_counts_of, warmup_steps_of
+from tracekit.diff.side import Side, SidePart, result, step_basis, step_counts_of, warmup_steps_of
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
 from tracekit.query import analyses, step_scope
@@ -33,20 +33,37 @@ def summarize(tables: TraceTables, label: str, sections: dict[str, Section] = SE
     An analysis that is missing from queries/ or fails leaves its sections empty and is named, with the reason, in
     `Side.failures` (the diff's notes) rather than stopping the diff.
     """
+    return combined_side(label, [summarize_ranks(tables, sections)])
+
+
+def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS) -> SidePart:
+    """What `summarize` computes, for the ranks of TABLES (a whole run, or the ranks of one of its files)."""
     failures: dict[str, str] = {}
     results = analyses.run_all(tables, list(totals_analyses(sections)), failures)
     with_rows = [name for name in per_step_analyses(sections) if name in results and results[name].height]
     per_step = per_step_results(tables, with_rows, failures, sections)
     if per_step is None:
+        return SidePart(results, failures=failures)
+    return SidePart(results, *per_step, failures=failures)
+
+
+def combined_side(label: str, parts: list[SidePart]) -> Side:
+    """One run's summary from the summaries of its parts (each computed on some of its ranks, `summarize_ranks`);
+    per-step results only when some rank holds 2 steps."""
+    results = analyses.combine_ranks([p.results for p in parts])
+    failures = {name: why for p in parts for name, why in p.failures.items()}
+    steps = pl.concat([p.steps for p in parts])
+    if steps.height == 0 or steps.group_by("rank").len()["len"].max() < 2:
         return Side(label, results, failures=failures)
-    return Side(label, results, *per_step, failures=failures)
+    per_step = analyses.combine_ranks([p.per_step for p in parts])
+    return Side(label, results, per_step, steps, failures)
 
 
 def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, str],
                      sections: dict[str, Section] = SECTIONS
                      ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
     """The analyses `names` per step, each with a `step` column, and the (rank, step)s covered; None when no rank
-    holds 2 steps. (summarize asks only for those with rows over the whole trace: no collectives, no per-step
+    holds a step. (summarize asks only for those with rows over the whole trace: no collectives, no per-step
     collectives.)
 
     Each (rank, step) is scoped on a pseudo-rank of its own (tracekit/query/step_scope.py): every analysis keys on
@@ -56,7 +73,7 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
     """
     with catalog.connect(tables) as con:
         scopes = step_scope.define_scopes(con)  # every step on a rank of its own
-        if scopes is None or scopes.height == 0 or scopes.group_by("rank").len()["len"].max() < 2:
+        if scopes is None or scopes.height == 0:
             return None
         step_scope.replace_with_scoped_views(con, tables)
         done: dict[str, pl.DataFrame] = {}

@@ -24,6 +24,17 @@ class Side:
     failures: dict[str, str] = field(default_factory=dict)  # analysis → why it gave nothing (missing, failed)
 
 
+@dataclass(frozen=True)
+class SidePart:
+    """A Side's results computed on some of its ranks (one file's, on a cluster worker): `combined_side` joins them.
+    `steps` lists the (rank, step)s with per-step results (no minimum: the 2-step rule applies to the whole run)."""
+
+    results: dict[str, pl.DataFrame]
+    per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
+    steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA))
+    failures: dict[str, str] = field(default_factory=dict)
+
+
 def result(side: Side, name: str) -> pl.DataFrame | None:
     """The side's result of analysis `name`; None when it has none or no rows."""
     frame = side.results.get(name)

@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import tomllib
 
-from tracekit.engine.catalog import data_dir
+from tracekit.engine.catalog import across_ranks, analysis_order, data_dir
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import created_dir, replacing_files
@@ -144,17 +144,29 @@ class Analyses:
     ranks: tuple[int, ...]
 
 
-def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: tuple[str, ...] = ()) -> Analyses:
-    """Run every query the workbooks read (and `extra` ones), each once over all ranks."""
-    names = list(dict.fromkeys(report_queries(len(tables.rank_list)) + list(extra)))
+def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: tuple[str, ...] = (),
+                 names: list[str] | None = None, given: dict[str, pl.DataFrame] | None = None) -> Analyses:
+    """Run every query the workbooks read (and `extra` ones), each once over all ranks; or the analyses `names`.
+
+    `given`: results already computed elsewhere (per-rank analyses run where each rank was read), which the
+    analyses reading them take as they are.
+    """
+    names = names or list(dict.fromkeys(report_queries(len(tables.rank_list)) + list(extra)))
     failures: dict[str, str] = {}
     done = iter(range(1, len(names) + 1))
     # Every thread DuckDB has: the analyses' aggregates do not depend on the order rows arrive in (queries/lib/exact.sql),
     # and every sort breaks ties, so the same input still gives the same bits (and bytes).
-    results = analyses.run_all(tables, names, failures,
+    results = analyses.run_all(tables, names, failures, given=given,
                                progress=lambda name: progress(next(done), len(names), f"analysis {name}")
                                if progress else None)
     return Analyses(results, failures, tuple(tables.rank_list))
+
+
+def per_rank_report_queries(extra: tuple[str, ...] = ()) -> list[str]:
+    """The analyses of a report that run on each rank's own tables: the per-rank ones the workbooks read, and those
+    the cross-rank ones read."""
+    wanted = report_queries() + list(extra)
+    return list(dict.fromkeys(step for name in wanted for step in analysis_order(name) if not across_ranks(step)))
 
 
 def split_by_rank(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
@@ -233,30 +245,48 @@ def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, an
     out_dir = Path(out_dir)
     check_out_dir(out_dir, force)
     done = analyses_done or run_analyses(tables, progress)
-    notes: list[str] = []
-    ranks = list(done.ranks)
-    jobs = [(spec, rank) for spec in workbook_specs() if len(ranks) >= spec.min_ranks
-            for rank in (ranks if spec.per_rank else [None])]
-    per_rank = {name: split_by_rank(frame) for name, frame in done.results.items()}
+    jobs = workbook_jobs(done.ranks)
     paths = [out_dir / spec.file.format(rank=rank) for spec, rank in jobs]
     # All workbooks under temporary names first: a failure leaves the previous report (if any) whole.
     with created_dir(out_dir), replacing_files(paths) as temporary:
-        for step, ((spec, rank), path, temp) in enumerate(zip(jobs, paths, temporary), 1):
-            if progress:
-                progress(step, len(jobs), f"writing {path.name}")
-            if rank is None:
-                data = done.results
-            else:
-                data = {name: per_rank[name].get(rank, frame.clear()) for name, frame in done.results.items()
-                        if "rank" in frame.columns}
-            notes += write_workbook(temp, sheets_for(spec, data, done.failures, notes), style())
-    written = paths
+        notes = write_workbooks(done, jobs, temporary, progress)
+    remove_stale_workbooks(out_dir, paths)
+    report_problems(notes, problems)
+    return paths
+
+
+def workbook_jobs(ranks: tuple[int, ...], per_rank: bool | None = None) -> list[tuple[WorkbookSpec, int | None]]:
+    """(workbook, rank) for each workbook a report of RANKS writes (rank None: a workbook of all ranks); with
+    `per_rank`, only the per-rank workbooks (True) or only the others (False)."""
+    return [(spec, rank) for spec in workbook_specs() if len(ranks) >= spec.min_ranks
+            and per_rank in (None, spec.per_rank) for rank in (ranks if spec.per_rank else [None])]
+
+
+def write_workbooks(done: Analyses, jobs: list[tuple[WorkbookSpec, int | None]], paths: list[Path],
+                    progress: Progress | None = None) -> list[str]:
+    """Write each job's workbook from the results in `done` (cut to its rank) to its path; returns the problems."""
+    notes: list[str] = []
+    per_rank = {name: split_by_rank(frame) for name, frame in done.results.items()}
+    for step, ((spec, rank), path) in enumerate(zip(jobs, paths), 1):
+        if progress:
+            progress(step, len(jobs), f"writing {path.name}")
+        if rank is None:
+            data = done.results
+        else:
+            data = {name: per_rank[name].get(rank, frame.clear()) for name, frame in done.results.items()
+                    if "rank" in frame.columns}
+        notes += write_workbook(path, sheets_for(spec, data, done.failures, notes), style())
+    return list(dict.fromkeys(notes))
+
+
+def remove_stale_workbooks(out_dir: Path, written: list[Path]) -> None:
     for stale in set(existing_workbooks(out_dir)) - set(written):
         stale.unlink()
-    notes = list(dict.fromkeys(notes))
+
+
+def report_problems(notes: list[str], problems: list[str] | None) -> None:
     if problems is not None:
         problems += notes
     else:
         for note in notes:
-            warnings.warn(note, stacklevel=2)
-    return written
+            warnings.warn(note, stacklevel=3)

@@ -64,18 +64,35 @@ def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.Da
 
 
 def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,
-            progress=None, threads: int | None = None) -> dict[str, pl.DataFrame]:
+            progress=None, threads: int | None = None, given: dict[str, pl.DataFrame] | None = None
+            ) -> dict[str, pl.DataFrame]:
     """Several analyses over one connection (tables registered, shared macros computed once, each result shared
     with the analyses that read it).
 
     With `failures`, missing or failing queries are reported there instead of raised; `progress(name)` is called
-    after each requested analysis; `threads` as in `connect`.
+    after each requested analysis; `threads` as in `connect`. `given` results (computed elsewhere, e.g. each rank's
+    on its own tables) are read by the analyses as they are, not run again.
     """
-    results: dict[str, pl.DataFrame] = {}
+    results: dict[str, pl.DataFrame] = dict(given or {})
     wanted = names or available()
     with connect(tables, materialize=True, threads=threads) as con:
+        for name, frame in results.items():
+            con.register(name, frame.to_arrow())
         for name in wanted:
             run_into(con, name, results, failures)
             if progress:
                 progress(name)
     return {name: results[name] for name in wanted if name in results}
+
+
+def combine_ranks(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """Per-rank analysis results computed on parts of the ranks (each file's own tables), as one run over all of
+    them gives them: each analysis's rows of every part, rank by rank (a per-rank analysis orders by rank first,
+    and its rows for a rank depend on that rank's rows only: tests/query/test_per_rank.py)."""
+    names = list(dict.fromkeys(name for part in parts for name in part))
+    combined = {}
+    for name in names:
+        frames = [part[name] for part in parts if name in part]
+        frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
+        combined[name] = frame.sort("rank", maintain_order=True) if "rank" in frame.columns else frame
+    return combined
