@@ -24,9 +24,10 @@ LAYERS = {
     "tracekit.query": 6,
     "tracekit.output": 7,
     "tracekit.diff": 8, "tracekit.synth": 8, "tracekit.replay": 8,
-    "tracekit.cli": 9,
+    "tracekit.cluster": 9,
+    "tracekit.cli": 10,
     # the public API and the import paths kept for one release
-    "tracekit": 10, "tracekit.analyses": 10, "tracekit.report": 10,
+    "tracekit": 11, "tracekit.analyses": 11, "tracekit.report": 11,
 }
 
 

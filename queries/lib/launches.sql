@@ -99,6 +99,7 @@ create or replace macro op_rollup(by_shape) as table
                sum(dur) / 1e6 as total_cpu_ms,
                sum(self_ns) / 1e6 as self_cpu_ms,
                sum(direct_ns) / 1e6 as direct_kernel_ms,
+               sum(direct_ns) as direct_ns,  -- the shares below add integers: the same bits in any row order
                sum(owned_subtree_ns) / 1e6 as subtree_kernel_ms,
                avg(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_mean_us,
                median(direct_ns::double) filter (where direct_gpu_ops > 0) / 1e3 as kernel_median_us,
@@ -112,10 +113,10 @@ create or replace macro op_rollup(by_shape) as table
     select rank, name, op_category(name, memory_only) as category, input_dims, input_type,
            count, gpu_calls, total_cpu_ms, self_cpu_ms, direct_kernel_ms, subtree_kernel_ms,
            kernel_mean_us, kernel_median_us, kernel_min_us, kernel_max_us, direct_gpu_ops,
-           100 * direct_kernel_ms / nullif(sum(direct_kernel_ms) over ranked, 0) as percent_kernel,
-           100 * sum(direct_kernel_ms) over (ranked order by direct_kernel_ms desc, name, input_dims, input_type
-                                             rows between unbounded preceding and current row)
-               / nullif(sum(direct_kernel_ms) over ranked, 0) as cumulative_percent
+           100 * direct_ns / nullif(sum(direct_ns) over ranked, 0) as percent_kernel,
+           100 * sum(direct_ns) over (ranked order by direct_kernel_ms desc, name, input_dims, input_type
+                                      rows between unbounded preceding and current row)
+               / nullif(sum(direct_ns) over ranked, 0) as cumulative_percent
     from grouped
     window ranked as (partition by rank)
     order by rank, direct_kernel_ms desc, name, input_dims, input_type;

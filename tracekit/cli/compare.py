@@ -8,8 +8,18 @@ from pathlib import Path
 import click
 
 from tracekit import diff
-from tracekit.cli.app import load_traces, main, stderr, stdout, user_errors, warn_about_failed_analyses
+from tracekit.cli.app import (
+    load_traces,
+    main,
+    on_cluster,
+    scheduler_option,
+    stderr,
+    stdout,
+    user_errors,
+    warn_about_failed_analyses,
+)
 from tracekit.errors import InputError
+from tracekit.inputs import resolve_inputs
 from tracekit.output.files import check_output_file
 
 WORKBOOK_FILE_HINT = "the workbook's file name, e.g. diff.xlsx"  # as diff.write_workbook asks for it
@@ -35,8 +45,9 @@ WORKBOOK_FILE_HINT = "the workbook's file name, e.g. diff.xlsx"  # as diff.write
               help="Write the comparison workbook (e.g. diff.xlsx): summary with charts, ops, ops by shape, kernels, "
                    "categories, collectives, critical path, one side only.")
 @click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
+@scheduler_option
 @user_errors
-def diff_command(baseline, candidate, alpha, warmup_steps, fail_percent, metric, top, out_path, force):
+def diff_command(baseline, candidate, alpha, warmup_steps, fail_percent, metric, top, out_path, force, scheduler):
     """Compare two runs: BASELINE and CANDIDATE are each a trace file, a directory of ranks or an ingested dataset."""
     try:
         diff.parse_metric_name(metric)
@@ -45,7 +56,13 @@ def diff_command(baseline, candidate, alpha, warmup_steps, fail_percent, metric,
     if out_path is not None:
         check_output_file(out_path, (baseline, candidate), force, WORKBOOK_FILE_HINT)
     # One run's tables at a time: each is summarised (its analyses run) before the next is read.
-    sides = [diff.summarize(load_traces((path,)), Path(path).name) for path in (baseline, candidate)]
+    if scheduler:
+        from tracekit.cluster import runs
+        with on_cluster(scheduler, (baseline,)) as (client, base):
+            sides = [runs.summarize(client, base, Path(baseline).name),
+                     runs.summarize(client, resolve_inputs((candidate,)), Path(candidate).name)]
+    else:
+        sides = [diff.summarize(load_traces((path,)), Path(path).name) for path in (baseline, candidate)]
     for side in sides:
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
     result = diff.compare(*sides, alpha=alpha, warmup_steps=warmup_steps)

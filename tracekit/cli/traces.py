@@ -9,7 +9,16 @@ import click
 
 # Modules only one command uses are imported in it: a command pays only for what it runs (imports are most of
 # the time of a small report, bench/RESULTS.md).
-from tracekit.cli.app import load_traces, main, stderr, stdout, user_errors, warn_about_failed_analyses
+from tracekit.cli.app import (
+    load_traces,
+    main,
+    on_cluster,
+    scheduler_option,
+    stderr,
+    stdout,
+    user_errors,
+    warn_about_failed_analyses,
+)
 from tracekit.output.files import refuse_input_dir, refuse_input_file
 from tracekit.output.terminal import QUERIES, print_summary
 from tracekit.output.terminal import progress_bar as analyses_progress
@@ -22,16 +31,24 @@ from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
               help="Directory to write the Parquet dataset to (one folder per table, rank=N/ partitions).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
+@scheduler_option
 @user_errors
-def ingest(traces, out_dir, rank, force):
+def ingest(traces, out_dir, rank, force, scheduler):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
-    from tracekit.output.dataset import write_dataset
     refuse_input_dir(out_dir, traces)
-    tables = load_traces(traces, rank)
-    write_dataset(tables, out_dir, force=force)
-    counts = ", ".join(f"{name} {t.num_rows:,}" for name, t in tables.items() if t.num_rows)
-    dropped = sum(tables.diagnostics.column("dropped").to_pylist())
-    stdout.print(f"wrote {out_dir}: ranks {tables.rank_list}; {counts}"
+    if scheduler:
+        from tracekit.cluster import runs
+        with on_cluster(scheduler, traces) as (client, inputs):
+            written = runs.ingest(client, inputs, out_dir, force, rank)
+        rows, ranks, dropped = written.rows, written.ranks, written.dropped
+    else:
+        from tracekit.output.dataset import write_dataset
+        tables = load_traces(traces, rank)
+        write_dataset(tables, out_dir, force=force)
+        rows = {name: t.num_rows for name, t in tables.items()}
+        ranks, dropped = tables.rank_list, sum(tables.diagnostics.column("dropped").to_pylist())
+    counts = ", ".join(f"{name} {n:,}" for name, n in rows.items() if n)
+    stdout.print(f"wrote {out_dir}: ranks {ranks}; {counts}"
                  + (f"; {dropped} entries dropped (see diagnostics)" if dropped else ""))
 
 
@@ -41,10 +58,18 @@ def ingest(traces, out_dir, rank, force):
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
+@scheduler_option
 @user_errors
-def report(traces, out_dir, rank, force):
+def report(traces, out_dir, rank, force, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     check_out_dir(out_dir, force, inputs=traces)
+    if scheduler:
+        from tracekit.cluster import runs
+        with on_cluster(scheduler, traces) as (client, inputs):
+            done, paths, problems = runs.report(client, inputs, out_dir, force, rank, extra=QUERIES)
+        print_summary(stdout, done, paths, problems)
+        warn_about_failed_analyses(done.failures)
+        return
     tables = load_traces(traces, rank)
     problems: list[str] = []
     with analyses_progress(stderr) as progress:

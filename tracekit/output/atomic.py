@@ -105,3 +105,18 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+@contextmanager
+def staging_dir(parent: Path) -> Iterator[Path]:
+    """A new hidden directory in `parent` (which exists) for outputs written by other processes before they are
+    moved into place; removed with whatever is left in it when the block ends."""
+    path = partial_name(Path(parent) / "staging")
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise InputError(f"{parent}: cannot write ({exc.strerror})") from None
+    try:
+        yield path
+    finally:
+        remove(path)

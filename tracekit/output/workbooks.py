@@ -166,7 +166,8 @@ def per_rank_report_queries(extra: tuple[str, ...] = ()) -> list[str]:
     """The analyses of a report that run on each rank's own tables: the per-rank ones the workbooks read, and those
     the cross-rank ones read."""
     wanted = report_queries() + list(extra)
-    return list(dict.fromkeys(step for name in wanted for step in analysis_order(name) if not across_ranks(step)))
+    inputs = [step for name in wanted if across_ranks(name) for step in analysis_order(name) if not across_ranks(step)]
+    return list(dict.fromkeys([name for name in wanted if not across_ranks(name)] + inputs))
 
 
 def split_by_rank(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:

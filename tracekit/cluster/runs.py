@@ -1,0 +1,172 @@
+"""The driver's side of a command on a cluster: one task per trace file (tasks.py), the rank rules applied to what
+they found (as the local reader applies them, `tracekit.pipeline`), then the cross-rank work over their results."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracekit import schema
+from tracekit.cluster import tasks
+from tracekit.cluster.scheduler import is_worker_death
+from tracekit.diff.compare import combined_side
+from tracekit.diff.side import Side
+from tracekit.engine.catalog import across_ranks
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.inputs import Inputs, warn_about_files
+from tracekit.output.atomic import created_dir, replacing_files, staging_dir
+from tracekit.output.dataset import building_dataset, write_marker, write_tables
+from tracekit.output.workbooks import (
+    Analyses,
+    check_out_dir,
+    per_rank_report_queries,
+    remove_stale_workbooks,
+    report_queries,
+    run_analyses,
+    workbook_jobs,
+    write_workbooks,
+)
+from tracekit.pipeline import check_rank_option, claim_ranks, file_order_ranks, unread_notes
+from tracekit.query.analyses import combine_ranks
+
+
+@dataclass(frozen=True)
+class FilesDone:
+    """The tasks' outcomes for the files read (in file order), and the notes of every file (those left out too)."""
+
+    outcomes: list[tasks.FileOutcome]
+    diagnostics: pa.Table
+    ranks: list[int]
+
+    def results(self) -> list:
+        return [o.result for o in self.outcomes]
+
+    def rows(self) -> dict[str, int]:
+        return {name: sum(o.rows.get(name, 0) for o in self.outcomes) for name in TraceTables.names()}
+
+
+def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> FilesDone:
+    """JOB on every trace file of INPUTS, each on a worker; the rank rules and the input rules of the local reader.
+
+    A file that cannot be read (or whose worker died, more often than Dask retries it) is left out with a note, unless
+    no file can be read; the rest are InputErrors of the whole set (two files with one rank, --rank with several
+    files, no events), raised once every task has ended.
+    """
+    if inputs.dataset is not None:
+        raise InputError(f"{inputs.dataset}: --scheduler reads trace files; give the traces, or the dataset without it")
+    files = list(inputs.files)
+    check_rank_option(rank_option, files)
+    outcomes = gathered(client, files, [(rank_option, None)] * len(files), job, args)
+    claimed: dict[int, Path] = {}
+    for outcome in outcomes:
+        if outcome.kind == tasks.EXECUTION_TRACE:
+            raise InputError(f"{outcome.path}: an Execution Trace: --scheduler links Kineto traces only (run "
+                             "without it to link Execution Traces)")
+        if outcome.kind == tasks.DONE:
+            claim_ranks(claimed, outcome.path, list(outcome.ranks))
+    unranked = [i for i, o in enumerate(outcomes) if o.kind == tasks.UNRANKED]
+    assigned = [(r, "file_order") for r in file_order_ranks(claimed, len(unranked))]
+    for i, outcome in zip(unranked, gathered(client, [outcomes[i].path for i in unranked], [(None, a) for a in assigned],
+                                             job, args)):
+        claim_ranks(claimed, outcome.path, list(outcome.ranks))
+        outcomes[i] = outcome
+    read = [o for o in outcomes if o.kind == tasks.DONE]
+    unread = [(o.path, o.error) for o in outcomes if o.kind == tasks.UNREADABLE]
+    if not read:
+        raise InputError(unread[0][1])
+    diagnostics = pa.concat_tables([o.diagnostics for o in read] + [unread_notes(unread)])
+    done = FilesDone(read, diagnostics, sorted(claimed))
+    rows = done.rows()
+    if not (rows["events"] or rows["instants"]):
+        named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
+        raise InputError(f"{named}: no trace events")
+    warn_about_files(diagnostics)
+    return done
+
+
+def gathered(client, files: list[Path], ranks: list[tuple], job, args: tuple) -> list[tasks.FileOutcome]:
+    """Each file's task run to its end, outcomes in file order. A task that fails otherwise than by its worker's
+    death fails the command (after the others are cancelled), naming the file."""
+    if not files:
+        return []
+    futures = [client.submit(tasks.on_file, path, option, assigned, job, *args, pure=False)
+               for path, (option, assigned) in zip(files, ranks)]
+    from distributed import wait
+    wait(futures)
+    outcomes = []
+    try:
+        for path, future in zip(files, futures):
+            if future.status != "error":
+                outcomes.append(future.result())
+                continue
+            error = future.exception()
+            if not is_worker_death(error):
+                if isinstance(error, InputError):
+                    raise error
+                raise RuntimeError(f"{path}: {type(error).__name__}: {error}") from error
+            outcomes.append(tasks.FileOutcome(path, tasks.UNREADABLE,
+                                              f"{path}: the worker reading it died ({error})"))
+    finally:
+        client.cancel(futures)
+    return outcomes
+
+
+@dataclass(frozen=True)
+class Ingested:
+    rows: dict[str, int]
+    ranks: list[int]
+    dropped: int
+
+
+def ingest(client, inputs: Inputs, out_dir: Path, force: bool = False, rank: int | None = None) -> Ingested:
+    """`tracekit ingest` on a cluster: each worker writes its files' partitions into the dataset being built; the
+    notes about no rank and the marker are written here, last."""
+    with building_dataset(out_dir, force) as building:
+        done = run_files(client, inputs, rank, tasks.ingest_job, building)
+        about_no_rank = done.diagnostics.filter(pc.is_null(done.diagnostics.column("rank")))
+        write_tables(TraceTables(diagnostics=schema.conform("diagnostics", about_no_rank)), building)
+        rows = done.rows() | {"diagnostics": done.diagnostics.num_rows}
+        write_marker(building, rows, done.ranks)
+    return Ingested(rows, done.ranks, sum(done.diagnostics.column("dropped").to_pylist()))
+
+
+def report(client, inputs: Inputs, out_dir: Path, force: bool = False, rank: int | None = None,
+           extra: tuple[str, ...] = ()) -> tuple[Analyses, list[Path], list[str]]:
+    """`tracekit report` on a cluster: each worker runs its files' per-rank analyses and writes their workbooks;
+    the cross-rank analyses and ranks.xlsx run here, over the per-rank results. Returns the analyses (as a local
+    run gives them), the workbooks written and the problems."""
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir, force, inputs=inputs.given)
+    with created_dir(out_dir), staging_dir(out_dir) as staging:
+        done = run_files(client, inputs, rank, tasks.report_job, per_rank_report_queries(extra), staging)
+        parts: list[tasks.ReportPart] = done.results()
+        per_rank = combine_ranks([p.results for p in parts])
+        small = TraceTables(ranks=pa.concat_tables([p.ranks for p in parts]).sort_by("rank"),
+                            diagnostics=done.diagnostics)
+        across = [q for q in dict.fromkeys(report_queries(len(done.ranks)) + list(extra)) if across_ranks(q)]
+        failures = {name: why for p in parts for name, why in p.failures.items()}
+        if across:
+            cross = run_analyses(small, names=across, given=per_rank)
+            failures |= cross.failures
+            per_rank |= cross.results
+        analyses = Analyses(per_rank, failures, tuple(done.ranks))
+        rank_jobs, other_jobs = workbook_jobs(analyses.ranks, per_rank=True), workbook_jobs(analyses.ranks, False)
+        staged = [staging / spec.file.format(rank=r) for spec, r in rank_jobs]
+        paths = [out_dir / spec.file.format(rank=r) for spec, r in rank_jobs + other_jobs]
+        problems = [note for p in parts for note in p.problems]
+        with replacing_files(paths) as temporary:
+            for source, temp in zip(staged, temporary):
+                os.replace(source, temp)
+            problems += write_workbooks(analyses, other_jobs, temporary[len(staged):])
+    remove_stale_workbooks(out_dir, paths)
+    return analyses, paths, list(dict.fromkeys(problems))
+
+
+def summarize(client, inputs: Inputs, label: str) -> Side:
+    """`diff.summarize` on a cluster: each worker summarises its files' ranks, joined here."""
+    return combined_side(label, run_files(client, inputs, None, tasks.summarize_job).results())

@@ -1,0 +1,84 @@
+"""What a worker does with one trace file: read it, apply its rank, link it (`pipeline.file_tables`), then the
+command's job on its tables. Every job returns only what the driver combines: small per-rank results, row counts,
+notes. The tables themselves never leave the worker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracekit.diff.compare import summarize_ranks
+from tracekit.diff.side import SidePart
+from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
+from tracekit.output.dataset import write_tables
+from tracekit.output.workbooks import run_analyses, workbook_jobs, write_workbooks
+from tracekit.pipeline import file_tables
+from tracekit.read.kineto import file_rank, read_trace
+
+DONE, UNRANKED, UNREADABLE, EXECUTION_TRACE = "done", "unranked", "unreadable", "execution_trace"
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """One file's task: what became of it (`kind`), its ranks, its row counts and notes, and the job's result."""
+
+    path: Path
+    kind: str = DONE
+    error: str = ""  # why the file could not be read (kind UNREADABLE)
+    ranks: tuple[int, ...] = ()
+    rows: dict[str, int] = field(default_factory=dict)  # rows per table
+    diagnostics: pa.Table | None = None  # the file's notes (small: one row per entry that could not be used)
+    result: object = None
+
+
+def on_file(path: Path, rank_option: int | None, assigned: tuple[int, str] | None, job: Callable, *args
+            ) -> FileOutcome:
+    """Read PATH (with the rank `assigned` by the driver, else its own or `rank_option`) and run JOB(tables, *args)."""
+    try:
+        trace = read_trace(path)
+    except InputError as exc:
+        return FileOutcome(path, UNREADABLE, str(exc))
+    if trace.is_execution_trace:
+        return FileOutcome(path, EXECUTION_TRACE)
+    rank, source = assigned or file_rank(path, trace, rank_option)
+    if rank is None:
+        return FileOutcome(path, UNRANKED)
+    tables = file_tables(path, trace, rank, source)
+    del trace
+    return FileOutcome(path, DONE, ranks=tuple(tables.rank_list),
+                       rows={name: t.num_rows for name, t in tables.items()}, diagnostics=tables.diagnostics,
+                       result=job(tables, *args))
+
+
+def ingest_job(tables: TraceTables, building: Path) -> None:
+    """The file's ranks' partitions, written into the dataset being built. Notes about no rank are left to the
+    driver, which writes every file's into one partition."""
+    diagnostics = tables.diagnostics
+    write_tables(tables.with_tables(diagnostics=diagnostics.filter(pc.is_valid(diagnostics.column("rank")))),
+                 building)
+
+
+@dataclass(frozen=True)
+class ReportPart:
+    results: dict[str, pl.DataFrame]
+    failures: dict[str, str]
+    problems: list[str]
+    ranks: pa.Table
+
+
+def report_job(tables: TraceTables, names: list[str], staging: Path) -> ReportPart:
+    """The per-rank analyses NAMES, and the file's ranks' workbooks written into STAGING."""
+    done = run_analyses(tables, names=names)
+    jobs = workbook_jobs(done.ranks, per_rank=True)
+    problems = write_workbooks(done, jobs, [staging / spec.file.format(rank=rank) for spec, rank in jobs])
+    return ReportPart(done.results, done.failures, problems, tables.ranks)
+
+
+def summarize_job(tables: TraceTables) -> SidePart:
+    return summarize_ranks(tables)
