@@ -13,7 +13,7 @@
 --   step_max_ms: ms, longest step
 --   events: complete events read
 --   gpu_ops: kernels, memcpys and memsets
---   diagnostics: diagnostics rows that concern the rank (file-level notes count for every rank)
+--   diagnostics: diagnostics rows that concern the rank (a file-level note counts for the ranks read from its file)
 -- notes: step figures come from step_stats (metric duration_ms).
 with per_rank as (
     select rank,
@@ -31,7 +31,8 @@ step_durations as (
 notes as (
     select r.rank, count(d.reason) as diagnostics
     from ranks r
-    left join diagnostics d on d.rank = r.rank or d.rank is null or d.rank not in (select rank from ranks)
+    left join diagnostics d on d.rank = r.rank
+        or (d.rank is null or d.rank not in (select rank from ranks)) and d.source_file = r.source_file
     group by r.rank
 )
 select r.rank, r.source_file, r.device_name, r.world_size, r.backend, e.span_ms,

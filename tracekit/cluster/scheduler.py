@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -28,8 +29,12 @@ def dask_client(scheduler: str) -> Iterator:
         raise InputError(f"--scheduler {scheduler}: needs Dask ({INSTALL_HINT})") from None
     if local:
         # One thread per worker: a task is one file's DuckDB and Polars work, which use the worker's cores already.
-        with LocalCluster(n_workers=int(local.group(1)), threads_per_worker=1, processes=True,
-                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        with warnings.catch_warnings():
+            # the scheduler's HTTP server moves to a free port when 8787 is taken, and says so: not the user's concern
+            warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+            cluster = LocalCluster(n_workers=int(local.group(1)), threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR)
+        with cluster, Client(cluster) as client:
             yield client
         return
     try:
