@@ -9,6 +9,7 @@ import click
 
 # Modules only one command uses are imported in it: a command pays only for what it runs (imports are most of
 # the time of a small report, bench/RESULTS.md).
+from tracekit import storage
 from tracekit.cli.app import load_traces, main, stderr, stdout, user_errors, warn_about_failed_analyses
 from tracekit.output.files import refuse_input_dir, refuse_input_file
 from tracekit.output.terminal import QUERIES, print_summary
@@ -18,14 +19,16 @@ from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory to write the Parquet dataset to (one folder per table, rank=N/ partitions).")
+@click.option("-o", "--out", "out_dir", required=True,
+              help="Directory or URL (s3://bucket/dataset, any fsspec URL) to write the Parquet dataset to (one "
+                   "folder per table, rank=N/ partitions).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
 @user_errors
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
     from tracekit.output.dataset import write_dataset
+    out_dir = storage.location(out_dir)
     refuse_input_dir(out_dir, traces)
     tables = load_traces(traces, rank)
     write_dataset(tables, out_dir, force=force)
