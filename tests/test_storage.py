@@ -243,3 +243,12 @@ def test_an_output_url_never_replaces_an_input_url(job, bucket):
     assert result.stderr.splitlines() == [f"tracekit: error: {bucket}: holds the input {bucket}/traces/rank0.json; "
                                           f"write the output elsewhere"]
     assert sorted(memory_snapshot(f"{bucket}/traces")) == ["ground_truth.json", "rank0.json", "rank1.json"]
+
+
+def test_a_report_to_a_url_is_refused_and_makes_no_local_folder(job, bucket, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("report", job / "ds", "-o", f"{bucket}/report")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"tracekit: error: {bucket}/report: written to a local path only (of the "
+                                          f"outputs, only `tracekit ingest` writes to a URL)"]
+    assert list(tmp_path.iterdir()) == [] and memory_snapshot(bucket) == {}

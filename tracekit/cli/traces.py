@@ -11,7 +11,7 @@ import click
 # the time of a small report, bench/RESULTS.md).
 from tracekit import storage
 from tracekit.cli.app import load_traces, main, stderr, stdout, user_errors, warn_about_failed_analyses
-from tracekit.output.files import refuse_input_dir, refuse_input_file
+from tracekit.output.files import local_output, refuse_input_dir, refuse_input_file
 from tracekit.output.terminal import QUERIES, print_summary
 from tracekit.output.terminal import progress_bar as analyses_progress
 from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
@@ -40,13 +40,14 @@ def ingest(traces, out_dir, rank, force):
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(),
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
 @user_errors
 def report(traces, out_dir, rank, force):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
+    out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
     tables = load_traces(traces, rank)
     problems: list[str] = []

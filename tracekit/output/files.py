@@ -80,6 +80,15 @@ def refuse_url_overlap(output: str, inputs: Iterable[str | Path]) -> None:
             raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
 
 
+def local_output(text: str | Path) -> Path:
+    """An output that only a local folder or file can take, as a Path; InputError for a URL (a Path would make it
+    a local name: `s3://b/x` → `s3:/b/x`)."""
+    if storage.is_url(text):
+        raise InputError(f"{text}: written to a local path only (of the outputs, only `tracekit ingest` writes to a "
+                         "URL)")
+    return Path(text)
+
+
 def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), force: bool = True,
                       file_hint: str = "a file name") -> Path:
     """The checks an output file passes before anything is read or written (InputError otherwise): `path` is not a
