@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import subprocess
 import sys
 import uuid
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import fsspec
 import openpyxl
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -252,3 +255,20 @@ def test_a_report_to_a_url_is_refused_and_makes_no_local_folder(job, bucket, tmp
     assert result.stderr.splitlines() == [f"tracekit: error: {bucket}/report: written to a local path only (of the "
                                           f"outputs, only `tracekit ingest` writes to a URL)"]
     assert list(tmp_path.iterdir()) == [] and memory_snapshot(bucket) == {}
+
+
+def rank_part(tables: tracekit.TraceTables, rank: int) -> tracekit.TraceTables:
+    return tracekit.TraceTables(**{name: t.filter(pc.equal(t.column("rank"), rank)) for name, t in tables.items()})
+
+
+@pytest.mark.parametrize("where", ["url", "path"])
+def test_ranks_written_by_other_processes_make_the_dataset_of_one_write(job, tmp_path, where):
+    """The pieces a cluster uses: `write_tables` in a worker process per rank, given the location as text (a URL,
+    or the local building folder), then the marker; the same bytes as `write_dataset` in one process."""
+    tables = tracekit.load(job / "ds")
+    out = (tmp_path / "ds").as_uri() if where == "url" else tmp_path / "ds"
+    with dataset.building_dataset(out) as building, \
+            ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as workers:
+        list(workers.map(dataset.write_tables, [rank_part(tables, r) for r in (0, 1)], [str(building)] * 2))
+        dataset.write_marker(building, {name: t.num_rows for name, t in tables.items()}, tables.rank_list)
+    assert snapshot(tmp_path / "ds") == snapshot(job / "ds")

@@ -2,7 +2,7 @@
 `memory://`, `file://`, ...), so that processes on other machines can read and write them without a shared disk.
 
 The one module that knows URLs. A location is a `Path` (local) or a `str` URL (`scheme://...`): a URL is never
-made a Path, which would collapse its `//`. Local paths keep the standard library's calls (and their speed);
+made a Path, which would collapse its `//` (a `str` that is no URL is taken for a local path). Local paths keep the standard library's calls (and their speed);
 fsspec is imported only when a URL is seen. Errors are OSErrors (FileNotFoundError, ...), worded by the callers.
 S3 needs `pip install s3fs`, Google Cloud Storage `pip install gcsfs` (fsspec says so when one is missing).
 """
@@ -30,7 +30,8 @@ def location(text: str | Path) -> Location:
 
 
 def join(loc: Location, *parts: str) -> Location:
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         return loc.joinpath(*parts)
     return "/".join((loc.rstrip("/"), *parts))
 
@@ -42,7 +43,8 @@ def name(loc: Location) -> str:
 
 def relative(loc: Location, base: Location) -> str:
     """LOC's path below BASE, with `/` between parts."""
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         return loc.relative_to(base).as_posix()
     return loc[len(str(base).rstrip("/")) + 1:]
 
@@ -56,7 +58,8 @@ def filesystem(url: str):
 def kind(loc: Location) -> str | None:
     """'dir', 'file', 'other' (FIFO, device, socket) or None (nothing there). An object store's "directory" is a
     prefix that objects lie under."""
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         try:
             mode = loc.stat().st_mode
         except (FileNotFoundError, NotADirectoryError):
@@ -80,7 +83,8 @@ def is_dir(loc: Location) -> bool:
 
 def list_files(dir_loc: Location) -> list[Location]:
     """The files directly in a directory (or under a prefix, one level), as locations under DIR_LOC, sorted."""
-    if isinstance(dir_loc, Path):
+    if not is_url(dir_loc):
+        dir_loc = Path(dir_loc)
         return sorted(f for f in dir_loc.iterdir() if f.is_file())
     fs, path = filesystem(dir_loc)
     return sorted(join(dir_loc, name(e["name"])) for e in fs.ls(path, detail=True) if e.get("type") == "file")
@@ -88,7 +92,8 @@ def list_files(dir_loc: Location) -> list[Location]:
 
 def find_files(dir_loc: Location) -> list[Location]:
     """Every file below a directory (or prefix), at any depth, sorted."""
-    if isinstance(dir_loc, Path):
+    if not is_url(dir_loc):
+        dir_loc = Path(dir_loc)
         return sorted(f for f in dir_loc.rglob("*") if f.is_file())
     fs, path = filesystem(dir_loc)
     root = path.rstrip("/")
@@ -97,28 +102,32 @@ def find_files(dir_loc: Location) -> list[Location]:
 
 def open_binary(loc: Location, mode: str = "rb") -> IO[bytes]:
     """The file opened for reading ("rb") or writing ("wb"); its directory must exist to write locally."""
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         return loc.open(mode)
     fs, path = filesystem(loc)
     return fs.open(path, mode)
 
 
 def size(loc: Location) -> int:
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         return loc.stat().st_size
     fs, path = filesystem(loc)
     return fs.size(path)
 
 
 def read_text(loc: Location) -> str:
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         return loc.read_text()
     fs, path = filesystem(loc)
     return fs.cat_file(path).decode()
 
 
 def write_text(loc: Location, text: str) -> None:
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         loc.write_text(text)
         return
     fs, path = filesystem(loc)
@@ -127,7 +136,8 @@ def write_text(loc: Location, text: str) -> None:
 
 def make_dirs(loc: Location) -> None:
     """A directory and its parents made (object stores have none to make: a no-op there)."""
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         loc.mkdir(parents=True, exist_ok=True)
         return
     fs, path = filesystem(loc)
@@ -136,7 +146,8 @@ def make_dirs(loc: Location) -> None:
 
 def remove(loc: Location) -> None:
     """One file removed, if there."""
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         loc.unlink(missing_ok=True)
         return
     fs, path = filesystem(loc)
@@ -146,7 +157,8 @@ def remove(loc: Location) -> None:
 
 def remove_tree(loc: Location) -> None:
     """A directory (or prefix) and everything below it removed, if there."""
-    if isinstance(loc, Path):
+    if not is_url(loc):
+        loc = Path(loc)
         shutil.rmtree(loc, ignore_errors=True)
         return
     fs, path = filesystem(loc)

@@ -47,7 +47,7 @@ def building_dataset(out_dir: Location, force: bool = False) -> Iterator[Locatio
     Refused (InputError) before anything is made: out_dir is a file, or a non-empty folder that is not a dataset, or
     a dataset without `force`.
     """
-    if isinstance(out_dir, str):
+    if storage.is_url(out_dir):
         with building_at_url(out_dir, force) as building:
             yield building
         return
@@ -86,7 +86,8 @@ def building_at_url(out_dir: str, force: bool) -> Iterator[str]:
 def write_tables(tables: TraceTables, building: Location) -> list[Location]:
     """Every non-empty table's partitions under `building` (one file per rank). Tables of different ranks can be
     written by different processes into one dataset: a rank's files depend on its rows only."""
-    written: list[Path] = []
+    building = storage.location(building)
+    written: list[Location] = []
     for name, table in tables.items():
         if table.num_rows:
             written += write_partitions(name, in_key_order(name, table), storage.join(building, name))
@@ -130,7 +131,7 @@ def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Lo
     for value, mask in masks:
         part_dir = storage.join(table_dir, f"rank={value}")
         path = storage.join(part_dir, "part-0.parquet")
-        if isinstance(path, Path):
+        if not storage.is_url(path):
             part_dir.mkdir(parents=True)
             pq.write_table(table.filter(mask).drop_columns(["rank"]), path)
         else:

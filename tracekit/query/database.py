@@ -158,7 +158,7 @@ def open_dataset(path: Location) -> TraceDatabase:
     # footers only: an altered or corrupt table is named now, not at the first query
     check_dataset_rows(path, {name: sum(map(parquet_rows, files)) for name, files in files_of.items()}, expected)
     con = connection.connect()
-    if isinstance(path, str):
+    if storage.is_url(path):
         con.register_filesystem(storage.filesystem(path)[0])
     for name, files in files_of.items():
         if not files:
@@ -178,7 +178,7 @@ def open_dataset(path: Location) -> TraceDatabase:
 
 def parquet_rows(path: Location) -> int:
     try:
-        if isinstance(path, str):
+        if storage.is_url(path):
             with storage.open_binary(path) as fh:
                 return pq.read_metadata(fh).num_rows
         return pq.read_metadata(path).num_rows

@@ -42,7 +42,7 @@ def check_dataset(path: Location) -> dict:
 def dataset_table_files(path: Location, name: str) -> list[Location]:
     """The Parquet files of table NAME in a dataset (none when the table had no rows)."""
     table_dir = storage.join(path, name)
-    if isinstance(table_dir, str):
+    if storage.is_url(table_dir):
         return [f for f in (storage.find_files(table_dir) if storage.is_dir(table_dir) else [])
                 if PARTITION_FILE.fullmatch(storage.relative(f, table_dir))]
     return sorted(table_dir.glob("rank=*/*.parquet"))
@@ -78,7 +78,7 @@ def read_table(table_dir: Location, name: str) -> pa.Table:
     import pyarrow.parquet as pq
 
     try:
-        if isinstance(table_dir, str):
+        if storage.is_url(table_dir):
             filesystem, where = storage.arrow_filesystem(table_dir)
             table = ds.dataset(where, filesystem=filesystem, format="parquet", partitioning="hive").to_table()
         else:
