@@ -9,7 +9,6 @@ an input with no events is refused (InputError), and each cut (truncated) trace 
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import warnings
 from collections.abc import Iterable
@@ -19,9 +18,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracekit import storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.read.dataset import DATASET_MARKER
+from tracekit.storage import Location
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 UNREADABLE = "file_unreadable"  # diagnostics reason of a trace file left out because it could not be read
@@ -48,11 +49,11 @@ INPUT_WARNINGS = (CutTraceWarning, LeftOutFileWarning)  # what the reader says a
 
 @dataclass(frozen=True)
 class Inputs:
-    """The paths a user gave, resolved: one ingested dataset, or the trace files they name."""
+    """The paths (or URLs) a user gave, resolved: one ingested dataset, or the trace files they name."""
 
     given: tuple[str | Path, ...]  # as given (messages name these)
-    dataset: Path | None = None  # the ingested dataset folder, when the input is exactly one
-    files: tuple[Path, ...] = ()  # the trace files (directories expanded, sorted); empty for a dataset
+    dataset: Location | None = None  # the ingested dataset folder, when the input is exactly one
+    files: tuple[Location, ...] = ()  # the trace files (directories expanded, sorted); empty for a dataset
 
     @property
     def label(self) -> str:
@@ -61,45 +62,51 @@ class Inputs:
 
 def resolve_inputs(paths: str | Path | Iterable[str | Path] | Inputs) -> Inputs:
     """What PATHS name: exactly one ingested dataset folder, or trace files and directories of them (checked to
-    exist and be regular files; InputError naming the path otherwise). Inputs already resolved are returned as
-    they are."""
+    exist and be regular files; InputError naming the path otherwise). Each may be a local path or a URL
+    (`s3://bucket/traces/`, any file system fsspec knows: tracekit.storage). Inputs already resolved are returned
+    as they are."""
     if isinstance(paths, Inputs):
         return paths
     given = (paths,) if isinstance(paths, (str, Path)) else tuple(paths)
-    if len(given) == 1 and is_dataset(Path(given[0])):
-        return Inputs(given, dataset=Path(given[0]))
+    if len(given) == 1 and is_dataset(storage.location(given[0])):
+        return Inputs(given, dataset=storage.location(given[0]))
     return Inputs(given, files=tuple(find_trace_files(given)))
 
 
-def is_dataset(path: Path) -> bool:
+def is_dataset(path: Location) -> bool:
     """The one test of "is this an ingested dataset": a folder holding the `_tracekit.json` marker."""
-    return path_kind(Path(path) / DATASET_MARKER) == "file"
+    path = storage.location(path)
+    if storage.is_url(path) and path_kind(path) != "dir":  # one look-up, and a bad URL is named as given
+        return False
+    return path_kind(storage.join(path, DATASET_MARKER)) == "file"
 
 
-def path_kind(path: Path) -> str | None:
+def path_kind(path: Location) -> str | None:
     """'dir', 'file', 'other' (FIFO, device, socket) or None (nothing there). A path the system refuses to look up
-    (a name over the file system's limit, a loop of links) is a user error naming the path, not a traceback."""
+    (a name over the file system's limit, a loop of links), or a URL whose store cannot be reached, is a user
+    error naming it, not a traceback."""
     try:
-        mode = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+        return storage.kind(path)
     except OSError as exc:
         raise InputError(f"{path}: {(exc.strerror or str(exc)).lower()}") from None
-    except ValueError as exc:  # an embedded NUL byte
+    except ValueError as exc:  # an embedded NUL byte; a URL of an unknown scheme
+        if storage.is_url(path):
+            raise InputError(f"{path}: not a usable URL ({exc})") from None
         raise InputError(f"{path!r}: not a usable path ({exc})") from None
-    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+    except ImportError as exc:  # fsspec's message names the package that reads the URL's scheme (s3fs, gcsfs)
+        raise InputError(f"{path}: {exc}") from None
 
 
-def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
+def find_trace_files(paths: Iterable[str | Path]) -> list[Location]:
     """Expand directories into the trace files they hold (sorted); check that every path exists."""
-    files: list[Path] = []
-    for p in map(Path, paths):
+    files: list[Location] = []
+    for p in map(storage.location, paths):
         kind = path_kind(p)
         if kind == "dir":
             if is_dataset(p):
                 raise InputError(f"{p}: an ingested dataset is read on its own (give it as the only input)")
-            found = sorted(f for f in p.iterdir()
-                           if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and f.name not in NOT_TRACES)
+            found = [f for f in list_dir(p) if storage.name(f).endswith(TRACE_SUFFIXES)
+                     and storage.name(f) not in NOT_TRACES]
             if not found:
                 raise InputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
             files += found
@@ -108,13 +115,21 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
             if kind != "file":
                 raise InputError(f"{p}: not a regular file (a trace is a file or a directory of files)")
             files.append(p)
-        elif p.is_symlink():
+        elif isinstance(p, Path) and p.is_symlink():
             raise InputError(f"{p}: broken symbolic link (to {os.readlink(p)}, which does not exist)")
         else:
             raise InputError(f"{p}: no such file or directory")
     if not files:
         raise InputError("no trace files given")
     return files
+
+
+def list_dir(path: Location) -> list[Location]:
+    """The files in a directory (sorted); InputError when it cannot be listed."""
+    try:
+        return storage.list_files(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot list ({(exc.strerror or str(exc)).lower()})") from None
 
 
 def check_tables(tables: TraceTables, inputs: Inputs, require_events: bool = True) -> TraceTables:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import UNREADABLE, Inputs, check_tables, resolve_inputs
@@ -65,7 +65,7 @@ def read_files(files: list[Path], rank: int | None, progress: Progress | None, e
         claim_ranks(claimed, path, part.tables["ranks"].column("rank").to_pylist())
         parts.append(part)
         if progress:
-            progress(path, path.stat().st_size)
+            progress(path, storage.size(path))
 
     execution_traces = []
     for path, trace in zip(files, read_traces(files, workers)):

@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tracekit import storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import INPUT_WARNINGS, Inputs, resolve_inputs
@@ -113,7 +114,7 @@ def input_warnings_reported() -> Iterator[None]:
 def progress_bar(inputs: Inputs) -> Iterator:
     """The `progress` callback of `load`: a bar on a terminal when the input is several files or large, else None."""
     files = inputs.files
-    if not files or len(files) == 1 and files[0].stat().st_size < 20_000_000 or not stderr.is_terminal:
+    if not files or len(files) == 1 and storage.size(files[0]) < 20_000_000 or not stderr.is_terminal:
         yield None
         return
     with Progress(TextColumn("reading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import polars as pl
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.cli.app import main, open_database, stderr, stdout, user_errors
 from tracekit.engine import catalog
 from tracekit.errors import InputError
@@ -48,7 +48,7 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
     if fmt == "table":
         print_frame(stdout, frame, max_rows, title)
         return
-    write_frame(frame, fmt, out_path, [Path(i) for i in inputs])
+    write_frame(frame, fmt, out_path, [storage.location(i) for i in inputs])
     if out_path is not None:
         stderr.print(f"wrote {out_path}: {frame.height:,} rows")
 
@@ -94,7 +94,7 @@ def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | N
             return query_file.read_text(), list(args)
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{query_file}: cannot read the query ({getattr(exc, 'strerror', None) or exc})") from None
-    if could_be_path(args[0]) and path_kind(Path(args[0])) is not None:
+    if could_be_path(args[0]) and path_kind(storage.location(args[0])) is not None:
         return None, list(args)
     if len(args) == 1:
         raise InputError(f"{args[0]}: no such file or directory (usage: tracekit sql [QUERY] INPUT...)")

@@ -9,6 +9,7 @@ import click
 
 # Modules only one command uses are imported in it: a command pays only for what it runs (imports are most of
 # the time of a small report, bench/RESULTS.md).
+from tracekit import storage
 from tracekit.cli.app import (
     load_traces,
     main,
@@ -19,7 +20,7 @@ from tracekit.cli.app import (
     user_errors,
     warn_about_failed_analyses,
 )
-from tracekit.output.files import refuse_input_dir, refuse_input_file
+from tracekit.output.files import local_output, refuse_input_dir, refuse_input_file
 from tracekit.output.terminal import QUERIES, print_summary
 from tracekit.output.terminal import progress_bar as analyses_progress
 from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
@@ -27,14 +28,16 @@ from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory to write the Parquet dataset to (one folder per table, rank=N/ partitions).")
+@click.option("-o", "--out", "out_dir", required=True,
+              help="Directory or URL (s3://bucket/dataset, any fsspec URL) to write the Parquet dataset to (one "
+                   "folder per table, rank=N/ partitions).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
 @scheduler_option
 @user_errors
 def ingest(traces, out_dir, rank, force, scheduler):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    out_dir = storage.location(out_dir)
     refuse_input_dir(out_dir, traces)
     if scheduler:
         from tracekit.cluster import runs
@@ -54,7 +57,7 @@ def ingest(traces, out_dir, rank, force, scheduler):
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
-@click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(),
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
@@ -62,6 +65,7 @@ def ingest(traces, out_dir, rank, force, scheduler):
 @user_errors
 def report(traces, out_dir, rank, force, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
+    out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
     if scheduler:
         from tracekit.cluster import runs

@@ -10,25 +10,24 @@ Edges (`et_ctrl` parent → child, `et_data` producer → consumer of a tensor) 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import msgspec
 import polars as pl
 import pyarrow as pa
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.read.execution_trace import execution_trace_rank, read_execution_trace
 from tracekit.read.text import ParsedFile, parse_file
+from tracekit.storage import Location
 
 _encode = msgspec.json.encode
 
 # --------------------------------------------------------------------------- the stage
 
 
-def attach_execution_traces(tables: TraceTables, traces: list[ParsedFile | Path]) -> TraceTables:
+def attach_execution_traces(tables: TraceTables, traces: list[ParsedFile | Location]) -> TraceTables:
     """Tables with the Execution Traces read into et_nodes / et_tensors, linked to events, and et_* edges added."""
     if not traces:
         return tables
@@ -38,7 +37,7 @@ def attach_execution_traces(tables: TraceTables, traces: list[ParsedFile | Path]
     pid_ranks = dict(zip(pid_ranks["pid"].to_list(), pid_ranks["rank"].to_list()))
     parts, notes, sources = [], [], {}
     for trace in traces:
-        parsed = trace if isinstance(trace, ParsedFile) else parse_file(Path(trace))
+        parsed = trace if isinstance(trace, ParsedFile) else parse_file(storage.location(trace))
         rank, how = execution_trace_rank(parsed, kineto_ranks, pid_ranks)
         if rank is None:
             notes.append(dict(rank=None, source_file=str(parsed.path), position=None, stage="et",

@@ -1,4 +1,5 @@
-"""`TraceTables` → a Parquet dataset partitioned by rank (what `tracekit ingest` writes)."""
+"""`TraceTables` → a Parquet dataset partitioned by rank (what `tracekit ingest` writes), in a local folder or at a
+URL (tracekit.storage: `s3://bucket/dataset`, any file system fsspec knows)."""
 
 from __future__ import annotations
 
@@ -11,35 +12,45 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import is_dataset
+from tracekit.inputs import is_dataset, path_kind
 from tracekit.output.atomic import created_dir, replacing_dir
 from tracekit.read.dataset import DATASET_MARKER
+from tracekit.storage import Location
 
 
-def write_dataset(tables: TraceTables, out_dir: Path, force: bool = False) -> list[Path]:
+def write_dataset(tables: TraceTables, out_dir: Location, force: bool = False) -> list[Location]:
     """Write every table as Parquet under out_dir/TABLE/rank=N/part-0.parquet (hive style). Returns the files written.
 
-    The dataset is written into a new directory beside out_dir, which replaces out_dir (an existing dataset only with
-    `force`) once complete: a failure leaves nothing behind and an existing dataset as it was. The same tables give
-    the same bytes.
+    Locally, the dataset is written into a new directory beside out_dir, which replaces out_dir (an existing dataset
+    only with `force`) once complete: a failure leaves nothing behind and an existing dataset as it was. At a URL
+    (object stores cannot rename a folder), as `building_dataset` says. The same tables give the same bytes.
     """
+    out_dir = storage.location(out_dir)
     with building_dataset(out_dir, force) as building:
         written = write_tables(tables, building)
         write_marker(building, {name: t.num_rows for name, t in tables.items()}, tables.rank_list)
-    return [Path(out_dir) / p.relative_to(building) for p in written]
+    return [storage.join(out_dir, storage.relative(p, building)) for p in written]
 
 
 @contextmanager
-def building_dataset(out_dir: Path, force: bool = False) -> Iterator[Path]:
-    """A new directory to write a dataset into (by `write_tables`, from any process that sees it, then
-    `write_marker`), which takes out_dir's place when the block ends without error and is removed when it fails.
+def building_dataset(out_dir: Location, force: bool = False) -> Iterator[Location]:
+    """Where to write a dataset (by `write_tables`, from any process that sees it, then `write_marker`).
+
+    Locally: a new directory, which takes out_dir's place when the block ends without error and is removed when it
+    fails. At a URL: out_dir itself (an object store has no atomic rename), written with the marker last (readers
+    refuse a folder without it); an existing dataset is removed first (marker first, so it is never read half
+    removed), and when the block fails every object under out_dir is removed: no partial dataset remains.
 
     Refused (InputError) before anything is made: out_dir is a file, or a non-empty folder that is not a dataset, or
     a dataset without `force`.
     """
+    if storage.is_url(out_dir):
+        with building_at_url(out_dir, force) as building:
+            yield building
+        return
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: exists and is not a directory")
@@ -52,21 +63,42 @@ def building_dataset(out_dir: Path, force: bool = False) -> Iterator[Path]:
         yield building
 
 
-def write_tables(tables: TraceTables, building: Path) -> list[Path]:
+@contextmanager
+def building_at_url(out_dir: str, force: bool) -> Iterator[str]:
+    kind = path_kind(out_dir)
+    if kind not in ("dir", None):
+        raise InputError(f"{out_dir}: exists and is not a directory")
+    if kind == "dir" and storage.find_files(out_dir):
+        if not force:
+            raise InputError(f"{out_dir}: directory is not empty (use --force to replace a dataset there)")
+        if not is_dataset(out_dir):
+            raise InputError(f"{out_dir}: not empty and not a tracekit dataset; refusing to overwrite it")
+    try:
+        if kind == "dir":
+            storage.remove(storage.join(out_dir, DATASET_MARKER))
+            storage.remove_tree(out_dir)
+        yield out_dir
+    except BaseException:
+        storage.remove_tree(out_dir)
+        raise
+
+
+def write_tables(tables: TraceTables, building: Location) -> list[Location]:
     """Every non-empty table's partitions under `building` (one file per rank). Tables of different ranks can be
     written by different processes into one dataset: a rank's files depend on its rows only."""
-    written: list[Path] = []
+    building = storage.location(building)
+    written: list[Location] = []
     for name, table in tables.items():
         if table.num_rows:
-            written += write_partitions(name, in_key_order(name, table), building / name)
+            written += write_partitions(name, in_key_order(name, table), storage.join(building, name))
     return written
 
 
-def write_marker(building: Path, rows: dict[str, int], ranks: list[int]) -> None:
+def write_marker(building: Location, rows: dict[str, int], ranks: list[int]) -> None:
     """The `_tracekit.json` marker, written last: readers take a folder without it for no dataset."""
     manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION,
                 "schema_fingerprint": schema.fingerprint(), "tables": rows, "ranks": ranks}
-    (building / DATASET_MARKER).write_text(json.dumps(manifest, indent=1))
+    storage.write_text(storage.join(building, DATASET_MARKER), json.dumps(manifest, indent=1))
 
 
 def in_key_order(name: str, table: pa.Table) -> pa.Table:
@@ -81,7 +113,7 @@ def in_key_order(name: str, table: pa.Table) -> pa.Table:
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # what hive-style readers take for a null partition value
 
 
-def write_partitions(name: str, table: pa.Table, table_dir: Path) -> list[Path]:
+def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Location]:
     """One Parquet file per rank (rows in the table's order, `rank` in the directory name only), its footer naming
     the table and the schema version for readers that never see the marker.
 
@@ -97,9 +129,14 @@ def write_partitions(name: str, table: pa.Table, table_dir: Path) -> list[Path]:
         masks.append((NULL_PARTITION, pc.is_null(rank)))
     written = []
     for value, mask in masks:
-        part_dir = table_dir / f"rank={value}"
-        part_dir.mkdir(parents=True)
-        path = part_dir / "part-0.parquet"
-        pq.write_table(table.filter(mask).drop_columns(["rank"]), path)
+        part_dir = storage.join(table_dir, f"rank={value}")
+        path = storage.join(part_dir, "part-0.parquet")
+        if not storage.is_url(path):
+            part_dir.mkdir(parents=True)
+            pq.write_table(table.filter(mask).drop_columns(["rank"]), path)
+        else:
+            storage.make_dirs(part_dir)
+            with storage.open_binary(path, "wb") as fh:
+                pq.write_table(table.filter(mask).drop_columns(["rank"]), fh)
         written.append(path)
     return written

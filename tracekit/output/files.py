@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tracekit import storage
 from tracekit.errors import InputError
 from tracekit.inputs import TRACE_SUFFIXES, is_dataset, path_kind
 from tracekit.output.atomic import replacing_file
@@ -27,9 +28,10 @@ def is_inside(path: Path, folder: Path) -> bool:
 
 
 def input_files(inputs: Iterable[str | Path]) -> list[Path]:
-    """The inputs as given, and the trace files directly inside the directories among them."""
+    """The local inputs as given, and the trace files directly inside the directories among them (a URL is never
+    a local file: `url_overlap` checks outputs at URLs)."""
     found: list[Path] = []
-    for p in map(Path, inputs):
+    for p in map(Path, (i for i in inputs if not storage.is_url(i))):
         found.append(p)
         if path_kind(p) == "dir" and not is_dataset(p):
             found += [f for f in p.iterdir() if f.name.endswith(TRACE_SUFFIXES)]
@@ -39,6 +41,8 @@ def input_files(inputs: Iterable[str | Path]) -> list[Path]:
 def refuse_input_file(output: Path, inputs: Iterable[str | Path]) -> None:
     """InputError when writing the file `output` would overwrite an input: one of the input files (or the trace
     files of an input directory), or anything inside an input dataset."""
+    if storage.is_url(output):
+        return refuse_url_overlap(output, inputs)
     output = Path(output)
     for p in input_files(inputs):
         if same_file(output, p):
@@ -50,6 +54,8 @@ def refuse_input_file(output: Path, inputs: Iterable[str | Path]) -> None:
 def refuse_input_dir(output: Path, inputs: Iterable[str | Path]) -> None:
     """InputError when replacing the directory `output` would delete an input: `output` is an input, holds one,
     or lies inside an input dataset."""
+    if storage.is_url(output):
+        return refuse_url_overlap(output, inputs)
     output = Path(output)
     for p in input_files(inputs):
         if same_file(output, p):
@@ -58,6 +64,29 @@ def refuse_input_dir(output: Path, inputs: Iterable[str | Path]) -> None:
             raise InputError(f"{output}: holds the input {p}; write the output elsewhere")
         if is_dataset(p) and is_inside(output, p):
             raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
+
+
+def refuse_url_overlap(output: str, inputs: Iterable[str | Path]) -> None:
+    """`refuse_input_dir` for an output at a URL, against the inputs at URLs (by their text: a store has no links)."""
+    def inside(a: str, b: str) -> bool:
+        return a.rstrip("/") == b.rstrip("/") or a.startswith(b.rstrip("/") + "/")
+
+    for p in (i for i in inputs if storage.is_url(i)):
+        if inside(output, p) and inside(p, output):
+            raise InputError(f"{output}: is an input; write the output elsewhere")
+        if inside(p, output):
+            raise InputError(f"{output}: holds the input {p}; write the output elsewhere")
+        if inside(output, p) and is_dataset(p):
+            raise InputError(f"{output}: is inside the input dataset {p}; write the output elsewhere")
+
+
+def local_output(text: str | Path) -> Path:
+    """An output that only a local folder or file can take, as a Path; InputError for a URL (a Path would make it
+    a local name: `s3://b/x` → `s3:/b/x`)."""
+    if storage.is_url(text):
+        raise InputError(f"{text}: written to a local path only (of the outputs, only `tracekit ingest` writes to a "
+                         "URL)")
+    return Path(text)
 
 
 def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), force: bool = True,

@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
@@ -29,6 +29,7 @@ from tracekit.inputs import UNREADABLE, Inputs, resolve_inputs, warn_about_files
 from tracekit.pipeline import load
 from tracekit.query import step_scope
 from tracekit.read.dataset import check_dataset, check_dataset_rows, dataset_table_files, first_line
+from tracekit.storage import Location
 
 
 class TraceDatabase:
@@ -148,13 +149,17 @@ def from_tables(tables: TraceTables, source: str = "tables") -> TraceDatabase:
     return TraceDatabase(tables.connect(), source)
 
 
-def open_dataset(path: Path) -> TraceDatabase:
-    """A database whose tables are views over the Parquet files of an ingested dataset."""
+def open_dataset(path: Location) -> TraceDatabase:
+    """A database whose tables are views over the Parquet files of an ingested dataset; at a URL, DuckDB reads them
+    in place through the URL's fsspec file system (tracekit.storage)."""
+    path = storage.location(path)
     expected = check_dataset(path)["tables"]
     files_of = {name: dataset_table_files(path, name) for name in TraceTables.names()}
     # footers only: an altered or corrupt table is named now, not at the first query
     check_dataset_rows(path, {name: sum(map(parquet_rows, files)) for name, files in files_of.items()}, expected)
     con = connection.connect()
+    if storage.is_url(path):
+        con.register_filesystem(storage.filesystem(path)[0])
     for name, files in files_of.items():
         if not files:
             con.register(name, schema.empty(name))
@@ -166,13 +171,16 @@ def open_dataset(path: Path) -> TraceDatabase:
             con.execute(f"create view {name} as select {columns} "
                         f"from read_parquet([{file_list}], hive_partitioning = true)")
         except duckdb.Error as exc:
-            raise InputError(f"{path / name}: not readable as this table ({' '.join(str(exc).split())})") from None
+            raise InputError(f"{storage.join(path, name)}: not readable as this table ({' '.join(str(exc).split())})") from None
     return TraceDatabase(con, str(path))
 
 
 
-def parquet_rows(path: Path) -> int:
+def parquet_rows(path: Location) -> int:
     try:
+        if storage.is_url(path):
+            with storage.open_binary(path) as fh:
+                return pq.read_metadata(fh).num_rows
         return pq.read_metadata(path).num_rows
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None

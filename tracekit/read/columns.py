@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import itemgetter
-from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -30,6 +29,7 @@ from tracekit.read.entries import (
     decode_entries,
 )
 from tracekit.read.text import Cut
+from tracekit.storage import Location
 
 
 def raw_text(values, nullable: bool = True) -> pa.Array:
@@ -185,7 +185,7 @@ KNOWN_PHASES = ["X", "i", "I", "s", "f", "t", "M"]
 METADATA_NAMES = pa.array(list(METADATA_KEYS))
 
 
-def entry_tables(path: Path, text, first_id: int) -> EntryTables:
+def entry_tables(path: Location, text, first_id: int) -> EntryTables:
     """A JSON array of consecutive entries (the first at position `first_id`) → rank-free tables.
 
     Columns are transposed in C (astuple + zip) and converted to Arrow once for the whole chunk, and each table
@@ -398,7 +398,7 @@ def _notes(events: pa.Table, instants: pa.Table, flows: pa.Table, arg_problems: 
 class TraceParts:
     """One trace file read, ranks not yet applied (picklable: files can be read in worker processes)."""
 
-    path: Path
+    path: Location
     top: dict[str, bytes]  # top-level keys other than traceEvents, as JSON text
     entries: EntryTables | None  # None for an Execution Trace (not read yet)
 

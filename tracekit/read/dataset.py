@@ -1,27 +1,30 @@
-"""An ingested dataset (Parquet partitioned by rank, with a `_tracekit.json` marker) → `TraceTables`, checked."""
+"""An ingested dataset (Parquet partitioned by rank, with a `_tracekit.json` marker) → `TraceTables`, checked.
+
+A dataset may be a local folder or a URL (tracekit.storage): one on object storage is read in place."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
 
 import pyarrow as pa
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
+from tracekit.storage import Location
 
 DATASET_MARKER = "_tracekit.json"
 
 
-def check_dataset(path: Path) -> dict:
+def check_dataset(path: Location) -> dict:
     """The dataset's _tracekit.json, checked: InputError when it is not ours or was written with another schema
     version than this tracekit's."""
-    marker = path / DATASET_MARKER
+    marker = storage.join(path, DATASET_MARKER)
     try:
-        manifest = json.loads(marker.read_text())
+        manifest = json.loads(storage.read_text(marker))
     except OSError as exc:
-        raise InputError(f"{marker}: cannot read ({exc.strerror})") from None
+        raise InputError(f"{marker}: cannot read ({exc.strerror or exc})") from None
     except ValueError:  # JSONDecodeError and UnicodeDecodeError
         raise InputError(f"{marker}: not valid JSON (a tracekit dataset marker is)") from None
     if not isinstance(manifest, dict) or manifest.get("format") != "tracekit" \
@@ -36,43 +39,56 @@ def check_dataset(path: Path) -> dict:
     return manifest
 
 
-def dataset_table_files(path: Path, name: str) -> list[Path]:
+def dataset_table_files(path: Location, name: str) -> list[Location]:
     """The Parquet files of table NAME in a dataset (none when the table had no rows)."""
-    return sorted((path / name).glob("rank=*/*.parquet"))
+    table_dir = storage.join(path, name)
+    if storage.is_url(table_dir):
+        return [f for f in (storage.find_files(table_dir) if storage.is_dir(table_dir) else [])
+                if PARTITION_FILE.fullmatch(storage.relative(f, table_dir))]
+    return sorted(table_dir.glob("rank=*/*.parquet"))
 
 
-def read_dataset(path: Path) -> TraceTables:
+PARTITION_FILE = re.compile(r"rank=[^/]*/[^/]*\.parquet")
+
+
+def read_dataset(path: Location) -> TraceTables:
     """The tables of a dataset `write_dataset` wrote; InputError when a file is unreadable or a table does not hold
     the rows the marker says it does."""
-    path = Path(path)
+    path = storage.location(path)
     expected = check_dataset(path)["tables"]
-    loaded = {name: read_table(path / name, name) for name in TraceTables.names() if (path / name).is_dir()}
+    loaded = {name: read_table(storage.join(path, name), name) for name in TraceTables.names()
+              if storage.is_dir(storage.join(path, name))}
     check_dataset_rows(path, {name: table.num_rows for name, table in loaded.items()}, expected)
     return TraceTables(**loaded)
 
 
-def check_dataset_rows(path: Path, rows: dict[str, int], expected: dict) -> None:
+def check_dataset_rows(path: Location, rows: dict[str, int], expected: dict) -> None:
     """InputError when a table does not hold the rows the marker says it does, or the dataset has no events."""
     for name in TraceTables.names():
         if rows.get(name, 0) != expected.get(name, 0):
-            raise InputError(f"{path / name}: holds {rows.get(name, 0):,} rows but {DATASET_MARKER} says "
+            raise InputError(f"{storage.join(path, name)}: holds {rows.get(name, 0):,} rows but {DATASET_MARKER} says "
                              f"{expected.get(name, 0)!r} (the dataset is incomplete or was altered)")
     if not (rows.get("events") or rows.get("instants") or rows.get("et_nodes")):
         raise InputError(f"{path}: the dataset holds no trace events")
 
 
-def read_table(table_dir: Path, name: str) -> pa.Table:
+def read_table(table_dir: Location, name: str) -> pa.Table:
     # imported here: pyarrow.dataset takes ~0.2 s to import, and reading trace files never needs it
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
     try:
-        table = ds.dataset(table_dir, format="parquet", partitioning="hive").to_table()
+        if storage.is_url(table_dir):
+            filesystem, where = storage.arrow_filesystem(table_dir)
+            table = ds.dataset(where, filesystem=filesystem, format="parquet", partitioning="hive").to_table()
+        else:
+            table = ds.dataset(table_dir, format="parquet", partitioning="hive").to_table()
         return schema.conform(name, table)
     except (pa.ArrowException, OSError) as exc:
-        for file in sorted(f for f in table_dir.rglob("*") if f.is_file()):
+        for file in storage.find_files(table_dir):
             try:
-                pq.read_metadata(file)
+                with storage.open_binary(file) as fh:
+                    pq.read_metadata(fh)
             except (pa.ArrowException, OSError) as bad:
                 raise InputError(f"{file}: not a readable Parquet file ({first_line(bad)})") from None
         raise InputError(f"{table_dir}: cannot read table {name} ({first_line(exc)})") from None

@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.errors import InputError
 from tracekit.read.columns import raw_text
 from tracekit.read.ranks import RANK_FILE_PATTERN
@@ -335,7 +335,7 @@ def execution_trace_rank(parsed: ParsedFile, kineto_ranks: list[int], pid_ranks:
                          ) -> tuple[int | None, str]:
     """Rank of an ET file: its file name (`et_rank3`), else the Kineto rank with the ET's pid, else the only Kineto
     rank loaded, else 0 when no Kineto trace was given; (None, why) when it cannot be told."""
-    match = RANK_FILE_PATTERN.search(parsed.path.name)
+    match = RANK_FILE_PATTERN.search(storage.name(parsed.path))
     if match:
         return int(match.group(1)), "file_name"
     pid = _top_value(parsed, "pid")

@@ -11,7 +11,6 @@ A file cut short keeps the entries complete before the cut. The file's timed ent
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 from tracekit.errors import InputError
 from tracekit.read.columns import EntryTables, TraceParts, entry_tables
@@ -32,11 +31,12 @@ from tracekit.read.text import (
     read_text,
     trace_event_chunks,
 )
+from tracekit.storage import Location
 
 __all__ = ["FileTables", "ParsedFile", "TraceParts", "file_rank", "parse_file", "rank_tables", "read_trace"]
 
 
-def read_trace(path: Path, chunk_bytes: int = CHUNK_BYTES) -> TraceParts:
+def read_trace(path: Location, chunk_bytes: int = CHUNK_BYTES) -> TraceParts:
     """Read one trace file, streaming it in chunks; whole when streaming meets anything unusual. A cut file gives
     the entries complete before the cut (and a `truncated` note); then duplicates and impossible times are
     screened out (`screened`)."""
@@ -48,12 +48,12 @@ def read_trace(path: Path, chunk_bytes: int = CHUNK_BYTES) -> TraceParts:
         return parts if parts.is_execution_trace else screened(parts)
 
 
-def _read_streamed(path: Path, chunk_bytes: int) -> TraceParts:
+def _read_streamed(path: Location, chunk_bytes: int) -> TraceParts:
     blocks = read_ahead(decompressed_blocks(path, max(chunk_bytes, MIN_BLOCK_BYTES)))
     return _read_chunks(path, blocks, chunk_bytes)
 
 
-def _read_whole(path: Path) -> TraceParts:
+def _read_whole(path: Location) -> TraceParts:
     """The whole-file path: decode the document at once. A cut file (or one that does not decode) is then read as
     one chunk, which keeps the entries before a cut; failing that, the decoder's error is the user's."""
     data, gzip_cut = read_text(path)
@@ -80,7 +80,7 @@ def _replayed(data: bytes, gzip_cut: bool) -> Iterator[bytes]:
         raise StreamCut
 
 
-def _read_chunks(path: Path, blocks: Iterator[bytes], chunk_bytes: int) -> TraceParts:
+def _read_chunks(path: Location, blocks: Iterator[bytes], chunk_bytes: int) -> TraceParts:
     chunks = trace_event_chunks(blocks, chunk_bytes)
     parts: list[EntryTables] = []
     first_id = 0
@@ -106,7 +106,7 @@ def _read_chunks(path: Path, blocks: Iterator[bytes], chunk_bytes: int) -> Trace
     return TraceParts(path, top, entries.with_cut(cut))
 
 
-def _nothing_to_salvage(path: Path, text_bytes: int, gzip_cut: bool) -> InputError:
+def _nothing_to_salvage(path: Location, text_bytes: int, gzip_cut: bool) -> InputError:
     if gzip_cut and not text_bytes:
         return InputError(f"{path}: corrupt gzip data (the stream ends before any text: the file is cut)")
     return InputError(f"{path}: truncated at byte {text_bytes} (of the decompressed text) before the first complete "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -18,8 +17,9 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.read.columns import ARGS_TYPE, INT64_MAX, METADATA_KEYS, RANK_LIMIT, TraceParts
+from tracekit.storage import Location
 
 RANK_FILE_PATTERN = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _ANY = msgspec.json.Decoder()
@@ -49,14 +49,14 @@ def base_time_ns(parts: TraceParts) -> int:
     return base if isinstance(base, int) and not isinstance(base, bool) and abs(base) <= BASE_TIME_LIMIT else 0
 
 
-def file_rank(path: Path, parts: TraceParts, rank_option: int | None) -> tuple[int | None, str]:
+def file_rank(path: Location, parts: TraceParts, rank_option: int | None) -> tuple[int | None, str]:
     """The rank of a whole file (per-event `args.rank` may still override it in merged files)."""
     if rank_option is not None:
         return rank_option, "option"
     info = top_value(parts, "distributedInfo")
     if isinstance(info, dict) and is_rank(info.get("rank")):
         return info["rank"], "distributedInfo"
-    match = RANK_FILE_PATTERN.search(path.name)
+    match = RANK_FILE_PATTERN.search(storage.name(path))
     if match:
         return int(match.group(1)), "file_name"
     return None, "file_order"

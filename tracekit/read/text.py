@@ -19,13 +19,14 @@ import zlib
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import msgspec
 import numpy as np
 
+from tracekit import storage
 from tracekit.errors import InputError
 from tracekit.read import jsontext
+from tracekit.storage import Location
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
@@ -34,20 +35,20 @@ _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 class ParsedFile:
     """A trace file split into its parts, nothing interpreted yet."""
 
-    path: Path
+    path: Location  # a local path or a URL (tracekit.storage)
     top: dict[str, msgspec.Raw]  # top-level keys other than traceEvents (empty for bare-list files)
     entries: bytes | msgspec.Raw  # the traceEvents JSON array (the `nodes` array of an Execution Trace)
     is_execution_trace: bool = False
 
 
-def parse_file(path: Path) -> ParsedFile:
+def parse_file(path: Location) -> ParsedFile:
     return parse_text(path, read_bytes(path))
 
 
-def empty_reason(path: Path, data: bytes) -> str:
+def empty_reason(path: Location, data: bytes) -> str:
     """What kind of empty a file with no JSON in it is."""
     try:
-        size = path.stat().st_size
+        size = storage.size(path)
     except OSError:
         size = None
     if size == 0:
@@ -57,7 +58,7 @@ def empty_reason(path: Path, data: bytes) -> str:
     return "empty file (only white space)"
 
 
-def parse_text(path: Path, data: bytes) -> ParsedFile:
+def parse_text(path: Location, data: bytes) -> ParsedFile:
     if not data.strip(JSON_SPACE):
         raise InputError(f"{path}: {empty_reason(path, data)}")
     start = data[:64].lstrip()[:1]
@@ -133,7 +134,7 @@ def text_limit(compressed_bytes: int) -> int:
     return int(match.group(1)) * BYTE_UNITS[match.group(2).upper()]
 
 
-def _too_large(path: Path, limit: int, compressed_bytes: int) -> InputError:
+def _too_large(path: Location, limit: int, compressed_bytes: int) -> InputError:
     if os.environ.get(TEXT_LIMIT_VARIABLE, "").strip():
         why = f"the limit {TEXT_LIMIT_VARIABLE} sets"
     else:
@@ -143,12 +144,12 @@ def _too_large(path: Path, limit: int, compressed_bytes: int) -> InputError:
                       f"(e.g. {TEXT_LIMIT_VARIABLE}=64G) to read it")
 
 
-def decompressed_blocks(path: Path, block_bytes: int) -> Iterator[bytes]:
+def decompressed_blocks(path: Location, block_bytes: int) -> Iterator[bytes]:
     """The file's bytes in blocks of at most `block_bytes`, gunzipped when it is gzip (by magic number); for a
     cut gzip stream, StreamCut after the last block. At most `text_limit` bytes gunzipped (else InputError)."""
     try:
-        fh = path.open("rb")
-        size = path.stat().st_size
+        fh = storage.open_binary(path)
+        size = storage.size(path)
     except OSError:
         raise NotStreamable from None
     with fh:
@@ -207,13 +208,13 @@ def _gunzip(fh, data: bytes, block_bytes: int) -> Iterator[bytes]:
         data = inflater.unconsumed_tail
 
 
-def read_text(path: Path) -> tuple[bytes, bool]:
+def read_text(path: Location) -> tuple[bytes, bool]:
     """The file's JSON bytes, gunzipped when it is gzip (by magic number, not by name), and whether the gzip stream
     was cut short."""
-    if path.is_dir():
+    if storage.is_dir(path):
         raise InputError(f"{path}: is a directory")
     try:
-        path.open("rb").close()
+        storage.open_binary(path).close()
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except PermissionError:
@@ -230,7 +231,7 @@ def read_text(path: Path) -> tuple[bytes, bool]:
     return b"".join(blocks), False
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Location) -> bytes:
     """The file's JSON bytes, gunzipped when it is gzip; a cut gzip stream is an error here."""
     data, cut = read_text(path)
     if cut:
