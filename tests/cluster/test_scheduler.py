@@ -20,8 +20,10 @@ distributed = pytest.importorskip("distributed", reason="Dask is not installed (
 @pytest.fixture(scope="module")
 def client():
     import dask
+
     from tracekit.cluster.scheduler import dask_client
-    # a task whose worker dies once is not retried: the worker-death test needs no restarts to wait for
+    # a task whose worker dies once is given up (not after 4 deaths): no restarts to wait for in the worker-death
+    # test; no other task is affected, since none waits in a worker's queue (runs.gathered)
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}), dask_client("local:2") as c:
         yield c
 
@@ -71,7 +73,7 @@ def test_diff_gives_the_same_comparison(client, tmp_path):
     from tracekit import diff
     from tracekit.cluster import runs
     for name, seed in (("base", 1), ("cand", 2)):
-        tracekit.synth.generate(tmp_path / name, 2, 4, 0, noise=0.05, noise_seed=seed,
+        tracekit.synth.generate(tmp_path / name, 2, 8, 0, noise=0.02, noise_seed=seed,
                                 slow_kernels={"gemm": 1.3} if name == "cand" else {})
     local = diff.compare(*(diff.summarize(tracekit.load(tmp_path / n), n) for n in ("base", "cand")))
     sides = [runs.summarize(client, resolve_inputs(tmp_path / n), n) for n in ("base", "cand")]
@@ -92,6 +94,7 @@ def die_on_rank_1(tables, *_):
 
 def test_a_worker_that_dies_leaves_its_file_out(client, job, tmp_path):
     import cloudpickle
+
     from tracekit.cluster import runs
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job goes to the workers by value
     with pytest.warns(tracekit.LeftOutFileWarning) as caught:
@@ -112,7 +115,7 @@ def test_two_files_of_one_rank_fail_the_whole_run(client, tmp_path):
     with pytest.raises(InputError, match="holds rank 0, which .* holds too"):
         runs.ingest(client, resolve_inputs([tmp_path / "a" / "rank0.json", tmp_path / "b" / "rank0.json"]),
                     tmp_path / "ds")
-    assert not (tmp_path / "ds").exists() and list(tmp_path.iterdir()) == [tmp_path / "a", tmp_path / "b"]
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "a", tmp_path / "b"]  # no dataset, nothing half-built
 
 
 def test_the_command_line_runs_on_a_local_cluster(job, tmp_path):

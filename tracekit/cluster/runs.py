@@ -91,29 +91,46 @@ def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> Fi
 
 def gathered(client, files: list[Path], ranks: list[tuple], job, args: tuple) -> list[tasks.FileOutcome]:
     """Each file's task run to its end, outcomes in file order. A task that fails otherwise than by its worker's
-    death fails the command (after the others are cancelled), naming the file."""
-    if not files:
-        return []
-    futures = [client.submit(tasks.on_file, path, option, assigned, job, *args, pure=False)
-               for path, (option, assigned) in zip(files, ranks)]
-    from distributed import wait
-    wait(futures)
-    outcomes = []
+    death fails the command (after the others are cancelled), naming the file.
+
+    Only as many tasks are in flight as the cluster has worker threads, each submitted when one ends: no task waits
+    in a worker's queue, so a worker that dies takes only the file it was reading with it (Dask counts a death
+    against every task assigned to that worker), and a worker holds one file's tables at a time.
+    """
+    from distributed import as_completed
+
+    pending = list(zip(files, ranks))[::-1]
+    outcomes: dict[Path, tasks.FileOutcome] = {}
+    running: dict = {}
+
+    def submit_next():
+        path, (option, assigned) = pending.pop()
+        running[client.submit(tasks.on_file, path, option, assigned, job, *args, pure=False)] = path
+
+    for _ in range(min(len(pending), max(1, sum(client.nthreads().values())))):
+        submit_next()
+    flow = as_completed(list(running))
     try:
-        for path, future in zip(files, futures):
-            if future.status != "error":
-                outcomes.append(future.result())
-                continue
-            error = future.exception()
-            if not is_worker_death(error):
-                if isinstance(error, InputError):
-                    raise error
-                raise RuntimeError(f"{path}: {type(error).__name__}: {error}") from error
-            outcomes.append(tasks.FileOutcome(path, tasks.UNREADABLE,
-                                              f"{path}: the worker reading it died ({error})"))
+        for future in flow:
+            path = running.pop(future)
+            outcomes[path] = outcome_of(path, future)
+            if pending:
+                submit_next()
+                flow.add(next(reversed(running)))
     finally:
-        client.cancel(futures)
-    return outcomes
+        client.cancel(list(running))
+    return [outcomes[path] for path in files]
+
+
+def outcome_of(path: Path, future) -> tasks.FileOutcome:
+    if future.status != "error":
+        return future.result()
+    error = future.exception()
+    if is_worker_death(error):
+        return tasks.FileOutcome(path, tasks.UNREADABLE, f"{path}: the worker reading it died ({error})")
+    if isinstance(error, InputError):
+        raise error
+    raise RuntimeError(f"{path}: {type(error).__name__}: {error}") from error
 
 
 @dataclass(frozen=True)

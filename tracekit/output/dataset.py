@@ -132,7 +132,9 @@ def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Lo
         part_dir = storage.join(table_dir, f"rank={value}")
         path = storage.join(part_dir, "part-0.parquet")
         if not storage.is_url(path):
-            part_dir.mkdir(parents=True)
+            # exist_ok: on a cluster, two files that claim one rank both write it before the driver, which sees
+            # every claim, refuses the set (and removes the dataset being built)
+            part_dir.mkdir(parents=True, exist_ok=True)
             pq.write_table(table.filter(mask).drop_columns(["rank"]), path)
         else:
             storage.make_dirs(part_dir)
