@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -19,7 +20,9 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import CutTraceWarning, Inputs, resolve_inputs
 from tracekit.pipeline import load
-from tracekit.query.database import TraceDatabase, open_traces
+
+if TYPE_CHECKING:  # imported where used: the commands that only read traces (report) need not load pyarrow.parquet
+    from tracekit.query.database import TraceDatabase
 
 # soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
 # squeezed into rich's default 80 columns.
@@ -130,6 +133,8 @@ def load_traces(paths: Iterable[str], rank: int | None = None) -> TraceTables:
 
 def open_database(paths: Iterable[str], rank: int | None = None) -> TraceDatabase:
     """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place."""
+    from tracekit.query.database import open_traces
+
     inputs = resolve_inputs(paths)
     with cut_files_reported(), progress_bar(inputs) as progress:
         return open_traces(inputs, rank=rank, progress=progress)
