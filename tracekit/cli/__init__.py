@@ -7,6 +7,6 @@ graph, synth), `compare` (diff), `query` (sql, run, queries, schema), `export` (
 (app.COMMAND_MODULES).
 """
 
-from tracekit.cli.app import INCOMPLETE_EXIT_CODE, main
+from tracekit.cli.app import INCOMPLETE_EXIT_CODE, main, run
 
-__all__ = ["INCOMPLETE_EXIT_CODE", "main"]
+__all__ = ["INCOMPLETE_EXIT_CODE", "main", "run"]

@@ -1,5 +1,5 @@
 """`python -m tracekit.cli`."""
 
-from tracekit.cli import main
+from tracekit.cli import run
 
-main()
+run()

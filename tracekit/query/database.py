@@ -86,7 +86,7 @@ class TraceDatabase:
         if name not in catalog.available():
             raise InputError(f"{name}: no such analysis (one of: {', '.join(catalog.available())})")
         if rank is None and step is None:
-            return self.sql(catalog.load_query(name).sql)
+            return self.sql(catalog.load_query(name).statement)
         with self.scoped(rank=rank, step=step) as part:
             return part.query(name)
 

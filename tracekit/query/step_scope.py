@@ -54,7 +54,7 @@ def drop_scopes(con: duckdb.DuckDBPyConnection) -> None:
 def scoped_rows_sql(name: str, source: str | None = None) -> str:
     """The rows of table NAME (read from the relation `source`, by default NAME) that belong to the scopes of
     define_scopes, with `rank` replaced by their scope's rank (queries/scope/*.sql)."""
-    text = catalog.load_query(f"scope/{SCOPE_QUERY.get(name, 'of_rank')}").sql
+    text = catalog.load_query(f"scope/{SCOPE_QUERY.get(name, 'of_rank')}").statement
     return text.replace("scoped_source", source or name)
 
 
