@@ -138,3 +138,23 @@ def test_a_bad_scheduler_is_one_line_and_exit_2(spec, message, job, tmp_path):
                              "--scheduler", spec], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert message in result.stderr and not (tmp_path / "ds").exists()
+
+
+def test_an_ingested_dataset_is_read_rank_by_rank_on_the_workers(client, job, tmp_path):
+    """Ingest once (to a file:// URL, written by the workers through fsspec), then report from the dataset on the
+    cluster, each worker reading one rank's partitions: the workbooks of a local report of the same dataset."""
+    from tracekit.cluster import runs
+    from tracekit.output.terminal import QUERIES
+    from tracekit.output.workbooks import run_analyses, write_reports
+    url = f"file://{tmp_path / 'dataset'}"
+    with pytest.warns(tracekit.LeftOutFileWarning):
+        runs.ingest(client, resolve_inputs(job), url)
+    with pytest.warns(tracekit.LeftOutFileWarning):
+        tracekit.write_dataset(tracekit.load(job), tmp_path / "local-dataset")
+    assert files_of(tmp_path / "dataset") == files_of(tmp_path / "local-dataset")
+    with pytest.warns(tracekit.LeftOutFileWarning):  # the dataset's note about the bad file, read again
+        tables = tracekit.load(tmp_path / "dataset")
+    write_reports(tables, tmp_path / "local", analyses_done=run_analyses(tables, extra=QUERIES), problems=[])
+    with pytest.warns(tracekit.LeftOutFileWarning):
+        runs.report(client, resolve_inputs(url), tmp_path / "cluster", extra=QUERIES)
+    assert files_of(tmp_path / "local") == files_of(tmp_path / "cluster")

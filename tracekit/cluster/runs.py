@@ -33,6 +33,7 @@ from tracekit.output.workbooks import (
 )
 from tracekit.pipeline import check_rank_option, claim_ranks, file_order_ranks, unread_notes
 from tracekit.query.analyses import combine_ranks
+from tracekit.read.dataset import check_dataset, check_dataset_rows, read_rank
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,18 @@ class FilesDone:
 
 
 def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> FilesDone:
-    """JOB on every trace file of INPUTS, each on a worker; the rank rules and the input rules of the local reader.
+    """JOB on every trace file of INPUTS (or every rank of an ingested dataset), each on a worker; the rank rules
+    and the input rules of the local reader.
 
     A file that cannot be read (or whose worker died, more often than Dask retries it) is left out with a note, unless
     no file can be read; the rest are InputErrors of the whole set (two files with one rank, --rank with several
     files, no events), raised once every task has ended.
     """
     if inputs.dataset is not None:
-        raise InputError(f"{inputs.dataset}: --scheduler reads trace files; give the traces, or the dataset without it")
+        return run_ranks(client, inputs.dataset, job, *args)
     files = list(inputs.files)
     check_rank_option(rank_option, files)
-    outcomes = gathered(client, files, [(rank_option, None)] * len(files), job, args)
+    outcomes = gathered(client, [(tasks.on_file, path, (rank_option, None)) for path in files], job, args)
     claimed: dict[int, Path] = {}
     for outcome in outcomes:
         if outcome.kind == tasks.EXECUTION_TRACE:
@@ -71,27 +73,43 @@ def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> Fi
             claim_ranks(claimed, outcome.path, list(outcome.ranks))
     unranked = [i for i, o in enumerate(outcomes) if o.kind == tasks.UNRANKED]
     assigned = [(r, "file_order") for r in file_order_ranks(claimed, len(unranked))]
-    for i, outcome in zip(unranked, gathered(client, [outcomes[i].path for i in unranked], [(None, a) for a in assigned],
-                                             job, args)):
+    for i, outcome in zip(unranked, gathered(client, [(tasks.on_file, outcomes[i].path, (None, a))
+                                                      for i, a in zip(unranked, assigned)], job, args)):
         claim_ranks(claimed, outcome.path, list(outcome.ranks))
         outcomes[i] = outcome
     read = [o for o in outcomes if o.kind == tasks.DONE]
     unread = [(o.path, o.error) for o in outcomes if o.kind == tasks.UNREADABLE]
     if not read:
         raise InputError(unread[0][1])
-    diagnostics = pa.concat_tables([o.diagnostics for o in read] + [unread_notes(unread)])
-    done = FilesDone(read, diagnostics, sorted(claimed))
+    done = FilesDone(read, pa.concat_tables([o.diagnostics for o in read] + [unread_notes(unread)]), sorted(claimed))
     rows = done.rows()
     if not (rows["events"] or rows["instants"]):
         named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
         raise InputError(f"{named}: no trace events")
+    warn_about_files(done.diagnostics)
+    return done
+
+
+def run_ranks(client, dataset, job, *args) -> FilesDone:
+    """JOB on every rank of an ingested DATASET, each read (its partitions only) on a worker; the dataset's notes
+    about no rank are read here. InputError when the rows read are not those its marker counts."""
+    manifest = check_dataset(dataset)
+    outcomes = gathered(client, [(tasks.on_rank, f"{dataset} (rank {r})", (dataset, r)) for r in manifest["ranks"]],
+                        job, args, source_first=False)
+    about_no_rank = read_rank(dataset, None)
+    diagnostics = pa.concat_tables([o.diagnostics for o in outcomes] + [about_no_rank.diagnostics])
+    done = FilesDone(outcomes, diagnostics, list(manifest["ranks"]))
+    rows = done.rows()
+    rows["diagnostics"] = diagnostics.num_rows
+    check_dataset_rows(dataset, rows, manifest["tables"])
     warn_about_files(diagnostics)
     return done
 
 
-def gathered(client, files: list[Path], ranks: list[tuple], job, args: tuple) -> list[tasks.FileOutcome]:
-    """Each file's task run to its end, outcomes in file order. A task that fails otherwise than by its worker's
-    death fails the command (after the others are cancelled), naming the file.
+def gathered(client, calls: list[tuple], job, args: tuple, source_first: bool = True) -> list[tasks.FileOutcome]:
+    """Each call's task run to its end, outcomes in order. A call is (task function, source named in messages,
+    its arguments before JOB); with `source_first` the source is its first argument. A task that fails otherwise
+    than by its worker's death fails the command (after the others are cancelled), naming the source.
 
     Only as many tasks are in flight as the cluster has worker threads, each submitted when one ends: no task waits
     in a worker's queue, so a worker that dies takes only the file it was reading with it (Dask counts a death
@@ -99,27 +117,28 @@ def gathered(client, files: list[Path], ranks: list[tuple], job, args: tuple) ->
     """
     from distributed import as_completed
 
-    pending = list(zip(files, ranks))[::-1]
-    outcomes: dict[Path, tasks.FileOutcome] = {}
+    pending = list(enumerate(calls))[::-1]
+    outcomes: dict[int, tasks.FileOutcome] = {}
     running: dict = {}
 
     def submit_next():
-        path, (option, assigned) = pending.pop()
-        running[client.submit(tasks.on_file, path, option, assigned, job, *args, pure=False)] = path
+        i, (function, source, leading) = pending.pop()
+        arguments = (source, *leading) if source_first else leading
+        running[client.submit(function, *arguments, job, *args, pure=False)] = (i, source)
 
     for _ in range(min(len(pending), max(1, sum(client.nthreads().values())))):
         submit_next()
     flow = as_completed(list(running))
     try:
         for future in flow:
-            path = running.pop(future)
-            outcomes[path] = outcome_of(path, future)
+            i, source = running.pop(future)
+            outcomes[i] = outcome_of(source, future)
             if pending:
                 submit_next()
                 flow.add(next(reversed(running)))
     finally:
         client.cancel(list(running))
-    return [outcomes[path] for path in files]
+    return [outcomes[i] for i in range(len(calls))]
 
 
 def outcome_of(path: Path, future) -> tasks.FileOutcome:

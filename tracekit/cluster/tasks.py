@@ -19,6 +19,7 @@ from tracekit.errors import InputError
 from tracekit.output.dataset import write_tables
 from tracekit.output.workbooks import run_analyses, workbook_jobs, write_workbooks
 from tracekit.pipeline import file_tables
+from tracekit.read.dataset import read_rank
 from tracekit.read.kineto import file_rank, read_trace
 
 DONE, UNRANKED, UNREADABLE, EXECUTION_TRACE = "done", "unranked", "unreadable", "execution_trace"
@@ -52,6 +53,14 @@ def on_file(path: Path, rank_option: int | None, assigned: tuple[int, str] | Non
     tables = file_tables(path, trace, rank, source)
     del trace
     return FileOutcome(path, DONE, ranks=tuple(tables.rank_list),
+                       rows={name: t.num_rows for name, t in tables.items()}, diagnostics=tables.diagnostics,
+                       result=job(tables, *args))
+
+
+def on_rank(dataset, rank: int, job: Callable, *args) -> FileOutcome:
+    """One rank of an ingested DATASET read (its partitions only) and JOB(tables, *args) run on it."""
+    tables = read_rank(dataset, rank)
+    return FileOutcome(f"{dataset} (rank {rank})", DONE, ranks=(rank,),
                        rows={name: t.num_rows for name, t in tables.items()}, diagnostics=tables.diagnostics,
                        result=job(tables, *args))
 

@@ -17,7 +17,7 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import is_dataset, path_kind
 from tracekit.output.atomic import created_dir, replacing_dir
-from tracekit.read.dataset import DATASET_MARKER
+from tracekit.read.dataset import DATASET_MARKER, NULL_PARTITION
 from tracekit.storage import Location
 
 
@@ -110,7 +110,6 @@ def in_key_order(name: str, table: pa.Table) -> pa.Table:
     return table.take(order)
 
 
-NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # what hive-style readers take for a null partition value
 
 
 def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Location]:

@@ -62,6 +62,25 @@ def read_dataset(path: Location) -> TraceTables:
     return TraceTables(**loaded)
 
 
+def read_rank(path: Location, rank: int | None) -> TraceTables:
+    """One rank's tables of a dataset: its `rank=R` partitions only (rank None: the notes about no rank), as
+    `read_dataset` gives that rank's rows. For per-rank work elsewhere (a cluster worker); the driver checks the
+    rows of all ranks against the marker."""
+    path = storage.location(path)
+    folder = f"rank={NULL_PARTITION if rank is None else rank}"
+    tables = {}
+    for name in TraceTables.names():
+        partition = storage.join(path, name, folder)
+        if storage.is_dir(partition):
+            table = read_table(partition, name, partitioned=False)
+            tables[name] = schema.conform(name, table.append_column("rank", pa.array([rank] * table.num_rows,
+                                                                                      pa.int32())))
+    return TraceTables(**tables)
+
+
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # what hive-style readers take for a null partition value
+
+
 def check_dataset_rows(path: Location, rows: dict[str, int], expected: dict) -> None:
     """InputError when a table does not hold the rows the marker says it does, or the dataset has no events."""
     for name in TraceTables.names():
@@ -72,7 +91,7 @@ def check_dataset_rows(path: Location, rows: dict[str, int], expected: dict) -> 
         raise InputError(f"{path}: the dataset holds no trace events")
 
 
-def read_table(table_dir: Location, name: str) -> pa.Table:
+def read_table(table_dir: Location, name: str, partitioned: bool = True) -> pa.Table:
     # imported here: pyarrow.dataset takes ~0.2 s to import, and reading trace files never needs it
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
@@ -80,10 +99,11 @@ def read_table(table_dir: Location, name: str) -> pa.Table:
     try:
         if storage.is_url(table_dir):
             filesystem, where = storage.arrow_filesystem(table_dir)
-            table = ds.dataset(where, filesystem=filesystem, format="parquet", partitioning="hive").to_table()
+            table = ds.dataset(where, filesystem=filesystem, format="parquet",
+                               partitioning="hive" if partitioned else None).to_table()
         else:
-            table = ds.dataset(table_dir, format="parquet", partitioning="hive").to_table()
-        return schema.conform(name, table)
+            table = ds.dataset(table_dir, format="parquet", partitioning="hive" if partitioned else None).to_table()
+        return schema.conform(name, table) if partitioned else table
     except (pa.ArrowException, OSError) as exc:
         for file in storage.find_files(table_dir):
             try:
