@@ -107,6 +107,29 @@ def test_a_worker_that_dies_leaves_its_file_out(client, job, tmp_path):
         str(job / "rank1.json"), str(job / "rank3.json")]
 
 
+def write_then_die_on_rank_1(tables, building):
+    from tracekit.cluster import tasks
+    if tables.rank_list != [1]:
+        return tasks.ingest_job(tables, building)
+    tasks.ingest_job(tables.with_tables(edges=tables.edges.slice(0, 0)), building)  # all but its edges
+    os._exit(1)
+
+
+def test_a_worker_that_dies_mid_write_leaves_no_trace_of_its_rank(client, job, tmp_path, monkeypatch):
+    import cloudpickle
+
+    from tracekit.cluster import runs, tasks
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(tasks, "ingest_job", write_then_die_on_rank_1)
+    with pytest.warns(tracekit.LeftOutFileWarning):
+        written = runs.ingest(client, resolve_inputs(job), tmp_path / "ds")
+    assert written.ranks == [0, 2]
+    assert not list((tmp_path / "ds").rglob("rank=1"))
+    with pytest.warns(tracekit.LeftOutFileWarning):  # the dataset reads back whole: rows as its marker counts
+        tables = tracekit.load(tmp_path / "ds")
+    assert tables.rank_list == [0, 2]
+
+
 def test_two_files_of_one_rank_fail_the_whole_run(client, tmp_path):
     from tracekit.cluster import runs
     tracekit.synth.generate(tmp_path / "a", 1, 2, 0)

@@ -20,7 +20,7 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import Inputs, warn_about_files
 from tracekit.output.atomic import created_dir, replacing_files, staging_dir
-from tracekit.output.dataset import building_dataset, write_marker, write_tables
+from tracekit.output.dataset import building_dataset, remove_other_ranks, write_marker, write_tables
 from tracekit.output.workbooks import (
     Analyses,
     check_out_dir,
@@ -164,6 +164,7 @@ def ingest(client, inputs: Inputs, out_dir: Path, force: bool = False, rank: int
     notes about no rank and the marker are written here, last."""
     with building_dataset(out_dir, force) as building:
         done = run_files(client, inputs, rank, tasks.ingest_job, building)
+        remove_other_ranks(building, done.ranks)
         about_no_rank = done.diagnostics.filter(pc.is_null(done.diagnostics.column("rank")))
         write_tables(TraceTables(diagnostics=schema.conform("diagnostics", about_no_rank)), building)
         rows = done.rows() | {"diagnostics": done.diagnostics.num_rows}

@@ -94,6 +94,16 @@ def write_tables(tables: TraceTables, building: Location) -> list[Location]:
     return written
 
 
+def remove_other_ranks(building: Location, ranks: list[int]) -> None:
+    """Every partition under `building` of a rank not in RANKS removed: what a task left half-written before its
+    worker died (its file is then left out), so the dataset holds the ranks its marker names and nothing else."""
+    kept = {f"rank={r}" for r in ranks} | {f"rank={NULL_PARTITION}"}
+    for file in storage.find_files(building):
+        parts = storage.relative(file, building).split("/")
+        if len(parts) == 3 and parts[1].startswith("rank=") and parts[1] not in kept:
+            storage.remove_tree(storage.join(building, parts[0], parts[1]))
+
+
 def write_marker(building: Location, rows: dict[str, int], ranks: list[int]) -> None:
     """The `_tracekit.json` marker, written last: readers take a folder without it for no dataset."""
     manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION,
