@@ -85,12 +85,8 @@ def read_files(files: list[Path], rank: int | None, progress: Progress | None, e
         raise InputError(unread[0][1])
     for (path, trace), r in zip(unranked, file_order_ranks(claimed, len(unranked))):
         add(path, rank_tables(trace, r, "file_order"))
-    tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
-                            for name in TraceTables.names()})
-    tables = tables.with_tables(diagnostics=concat("diagnostics", [tables.diagnostics, unread_notes(unread)]))
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
-    tables = build_edges(tables) if edges else tables
-    return attach_execution_traces(tables, execution_traces)
+    return attach_execution_traces(linked(parts, edges, unread_notes(unread)), execution_traces)
 
 
 def check_rank_option(rank: int | None, files: list) -> None:
@@ -123,11 +119,14 @@ def unread_notes(unread: list[tuple[Path, str]]) -> pa.Table:
                                 schema=schema.DIAGNOSTICS.arrow_schema)
 
 
-def file_tables(path: Path, trace: TraceParts, rank: int, rank_source: str, edges: bool = True) -> TraceTables:
-    """One Kineto file's tables, ranks applied and linked: what `read_files` gives for a set of that one file. A
-    file's ranks are its own (every key includes rank), so files can be read and linked apart, in other processes."""
-    part = rank_tables(trace, rank, rank_source)
-    tables = TraceTables(**{name: part.tables.get(name, schema.empty(name)) for name in TraceTables.names()})
+def linked(parts: list[FileTables], edges: bool = True, notes: pa.Table | None = None) -> TraceTables:
+    """The tables of files read with their ranks, joined (and NOTES added to diagnostics), then linked. A file's
+    ranks are its own (every key includes rank), so any group of files can be joined and linked apart from the
+    others, in other processes, and give the same rows."""
+    tables = TraceTables(**{name: concat(name, [p.tables[name] for p in parts if name in p.tables])
+                            for name in TraceTables.names()})
+    if notes is not None:
+        tables = tables.with_tables(diagnostics=concat("diagnostics", [tables.diagnostics, notes]))
     return build_edges(tables) if edges else tables
 
 

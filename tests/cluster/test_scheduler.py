@@ -92,11 +92,12 @@ def die_on_rank_1(tables, *_):
         os._exit(1)
 
 
-def test_a_worker_that_dies_leaves_its_file_out(client, job, tmp_path):
+def test_a_worker_that_dies_leaves_its_file_out(client, job, tmp_path, monkeypatch):
     import cloudpickle
 
     from tracekit.cluster import runs
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job goes to the workers by value
+    monkeypatch.setattr(runs, "batches", lambda files, threads: [[f] for f in files])  # a file a task here
     with pytest.warns(tracekit.LeftOutFileWarning) as caught:
         done = runs.run_files(client, resolve_inputs(job), None, die_on_rank_1)
     assert [o.path.name for o in done.outcomes] == ["rank0.json", "rank2.json"]
@@ -121,6 +122,7 @@ def test_a_worker_that_dies_mid_write_leaves_no_trace_of_its_rank(client, job, t
     from tracekit.cluster import runs, tasks
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     monkeypatch.setattr(tasks, "ingest_job", write_then_die_on_rank_1)
+    monkeypatch.setattr(runs, "batches", lambda files, threads: [[f] for f in files])
     with pytest.warns(tracekit.LeftOutFileWarning):
         written = runs.ingest(client, resolve_inputs(job), tmp_path / "ds")
     assert written.ranks == [0, 2]
@@ -181,3 +183,16 @@ def test_an_ingested_dataset_is_read_rank_by_rank_on_the_workers(client, job, tm
     with pytest.warns(tracekit.LeftOutFileWarning):
         runs.report(client, resolve_inputs(url), tmp_path / "cluster", extra=QUERIES)
     assert files_of(tmp_path / "local") == files_of(tmp_path / "cluster")
+
+
+def test_small_files_are_read_in_groups_with_the_same_bytes(client, tmp_path):
+    """8 small ranks on 2 worker threads: 4 tasks of 2 files, each group joined and linked together."""
+    from tracekit.cluster import runs
+    tracekit.synth.generate(tmp_path / "traces", 8, 2, 0)
+    files = sorted((tmp_path / "traces").glob("rank*.json"), key=lambda p: int(p.stem[4:]))
+    groups = runs.batches(files, 2)
+    assert [len(g) for g in groups] == [2, 2, 2, 2] and sum(groups, []) == files
+    runs.ingest(client, resolve_inputs(tmp_path / "traces"), tmp_path / "cluster")
+    tracekit.write_dataset(tracekit.load(tmp_path / "traces"), tmp_path / "local")
+    assert files_of(tmp_path / "local") == files_of(tmp_path / "cluster")
+    assert runs.batches(files, 16) == [[f] for f in files]  # as many threads as files: one file a task

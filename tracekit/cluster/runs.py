@@ -3,6 +3,7 @@ they found (as the local reader applies them, `tracekit.pipeline`), then the cro
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracekit import schema
+from tracekit import schema, storage
 from tracekit.cluster import tasks
 from tracekit.cluster.scheduler import is_worker_death
 from tracekit.diff.compare import combined_side
@@ -45,7 +46,8 @@ class FilesDone:
     ranks: list[int]
 
     def results(self) -> list:
-        return [o.result for o in self.outcomes]
+        """The job's results, one per task that read a file."""
+        return [o.result for o in self.outcomes if o.diagnostics is not None]
 
     def rows(self) -> dict[str, int]:
         return {name: sum(o.rows.get(name, 0) for o in self.outcomes) for name in TraceTables.names()}
@@ -63,7 +65,9 @@ def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> Fi
         return run_ranks(client, inputs.dataset, job, *args)
     files = list(inputs.files)
     check_rank_option(rank_option, files)
-    outcomes = gathered(client, [(tasks.on_file, path, (rank_option, None)) for path in files], job, args)
+    threads = worker_threads(client)
+    outcomes = gathered(client, [(tasks.on_files, group, (rank_option, None)) for group in batches(files, threads)],
+                        job, args)
     claimed: dict[int, Path] = {}
     for outcome in outcomes:
         if outcome.kind == tasks.EXECUTION_TRACE:
@@ -73,15 +77,18 @@ def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> Fi
             claim_ranks(claimed, outcome.path, list(outcome.ranks))
     unranked = [i for i, o in enumerate(outcomes) if o.kind == tasks.UNRANKED]
     assigned = [(r, "file_order") for r in file_order_ranks(claimed, len(unranked))]
-    for i, outcome in zip(unranked, gathered(client, [(tasks.on_file, outcomes[i].path, (None, a))
-                                                      for i, a in zip(unranked, assigned)], job, args)):
+    again = [outcomes[i].path for i in unranked]
+    by_path = dict(zip(again, assigned))
+    for i, outcome in zip(unranked, gathered(client, [(tasks.on_files, group, (None, [by_path[p] for p in group]))
+                                                      for group in batches(again, threads)], job, args)):
         claim_ranks(claimed, outcome.path, list(outcome.ranks))
         outcomes[i] = outcome
     read = [o for o in outcomes if o.kind == tasks.DONE]
     unread = [(o.path, o.error) for o in outcomes if o.kind == tasks.UNREADABLE]
     if not read:
         raise InputError(unread[0][1])
-    done = FilesDone(read, pa.concat_tables([o.diagnostics for o in read] + [unread_notes(unread)]), sorted(claimed))
+    done = FilesDone(read, pa.concat_tables([o.diagnostics for o in read if o.diagnostics is not None]
+                                            + [unread_notes(unread)]), sorted(claimed))
     rows = done.rows()
     if not (rows["events"] or rows["instants"]):
         named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
@@ -94,10 +101,11 @@ def run_ranks(client, dataset, job, *args) -> FilesDone:
     """JOB on every rank of an ingested DATASET, each read (its partitions only) on a worker; the dataset's notes
     about no rank are read here. InputError when the rows read are not those its marker counts."""
     manifest = check_dataset(dataset)
-    outcomes = gathered(client, [(tasks.on_rank, f"{dataset} (rank {r})", (dataset, r)) for r in manifest["ranks"]],
-                        job, args, source_first=False)
+    outcomes = gathered(client, [(tasks.on_rank, [f"{dataset} (rank {r})"], (dataset, r)) for r in manifest["ranks"]],
+                        job, args, sources_first=False)
     about_no_rank = read_rank(dataset, None)
-    diagnostics = pa.concat_tables([o.diagnostics for o in outcomes] + [about_no_rank.diagnostics])
+    diagnostics = pa.concat_tables([o.diagnostics for o in outcomes if o.diagnostics is not None]
+                                   + [about_no_rank.diagnostics])
     done = FilesDone(outcomes, diagnostics, list(manifest["ranks"]))
     rows = done.rows()
     rows["diagnostics"] = diagnostics.num_rows
@@ -106,50 +114,75 @@ def run_ranks(client, dataset, job, *args) -> FilesDone:
     return done
 
 
-def gathered(client, calls: list[tuple], job, args: tuple, source_first: bool = True) -> list[tasks.FileOutcome]:
-    """Each call's task run to its end, outcomes in order. A call is (task function, source named in messages,
-    its arguments before JOB); with `source_first` the source is its first argument. A task that fails otherwise
-    than by its worker's death fails the command (after the others are cancelled), naming the source.
+GROUP_BYTES = 256 << 20  # input a task reads at most when files are grouped (a worker holds its tables at once)
+
+
+def worker_threads(client) -> int:
+    return max(1, sum(client.nthreads().values()))
+
+
+def batches(files: list, threads: int) -> list[list]:
+    """FILES in consecutive groups of about equal bytes, one task each: twice as many groups as worker threads (for
+    balance), or more where that puts over GROUP_BYTES of input in a group, and never more groups than files.
+    Grouping pays a task's fixed cost (a DuckDB connection, its macros, every query's plan) once for several small
+    files; large files go one a task."""
+    sizes = [max(1, storage.size(f)) for f in files]
+    total = sum(sizes)
+    count = min(len(files), max(2 * threads, math.ceil(total / GROUP_BYTES)))
+    groups: list[list] = [[] for _ in range(count)]
+    before = 0
+    for file, size in zip(files, sizes):
+        groups[min(count - 1, int((before + size / 2) * count / total))].append(file)  # by the file's middle byte
+        before += size
+    return [g for g in groups if g]
+
+
+def gathered(client, calls: list[tuple], job, args: tuple, sources_first: bool = True) -> list[tasks.FileOutcome]:
+    """Each call's task run to its end, an outcome per source in call order. A call is (task function, its sources
+    (files, named in messages), its arguments before JOB); with `sources_first` the sources are its first
+    argument. A task that fails otherwise than by its worker's death fails the command (after the others are
+    cancelled), naming its sources; one whose worker died leaves its sources out.
 
     Only as many tasks are in flight as the cluster has worker threads, each submitted when one ends: no task waits
-    in a worker's queue, so a worker that dies takes only the file it was reading with it (Dask counts a death
-    against every task assigned to that worker), and a worker holds one file's tables at a time.
+    in a worker's queue, so a worker that dies takes only the files it was reading with it (Dask counts a death
+    against every task assigned to that worker), and a worker holds one group's tables at a time.
     """
     from distributed import as_completed
 
     pending = list(enumerate(calls))[::-1]
-    outcomes: dict[int, tasks.FileOutcome] = {}
+    outcomes: dict[int, list[tasks.FileOutcome]] = {}
     running: dict = {}
 
     def submit_next():
-        i, (function, source, leading) = pending.pop()
-        arguments = (source, *leading) if source_first else leading
-        running[client.submit(function, *arguments, job, *args, pure=False)] = (i, source)
+        i, (function, sources, leading) = pending.pop()
+        arguments = (sources, *leading) if sources_first else leading
+        running[client.submit(function, *arguments, job, *args, pure=False)] = (i, sources)
 
-    for _ in range(min(len(pending), max(1, sum(client.nthreads().values())))):
+    for _ in range(min(len(pending), worker_threads(client))):
         submit_next()
     flow = as_completed(list(running))
     try:
         for future in flow:
-            i, source = running.pop(future)
-            outcomes[i] = outcome_of(source, future)
+            i, sources = running.pop(future)
+            outcomes[i] = outcomes_of(sources, future)
             if pending:
                 submit_next()
                 flow.add(next(reversed(running)))
     finally:
         client.cancel(list(running))
-    return [outcomes[i] for i in range(len(calls))]
+    return [outcome for i in range(len(calls)) for outcome in outcomes[i]]
 
 
-def outcome_of(path: Path, future) -> tasks.FileOutcome:
+def outcomes_of(sources: list, future) -> list[tasks.FileOutcome]:
     if future.status != "error":
         return future.result()
     error = future.exception()
     if is_worker_death(error):
-        return tasks.FileOutcome(path, tasks.UNREADABLE, f"{path}: the worker reading it died ({error})")
+        return [tasks.FileOutcome(s, tasks.UNREADABLE, f"{s}: the worker reading it died ({error})") for s in sources]
     if isinstance(error, InputError):
         raise error
-    raise RuntimeError(f"{path}: {type(error).__name__}: {error}") from error
+    named = ", ".join(map(str, sources[:3])) + (f" (and {len(sources) - 3} more)" if len(sources) > 3 else "")
+    raise RuntimeError(f"{named}: {type(error).__name__}: {error}") from error
 
 
 @dataclass(frozen=True)

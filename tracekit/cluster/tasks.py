@@ -1,11 +1,11 @@
-"""What a worker does with one trace file: read it, apply its rank, link it (`pipeline.file_tables`), then the
+"""What a worker does with a group of trace files: read them, apply their ranks, link them (`pipeline.linked`), then the
 command's job on its tables. Every job returns only what the driver combines: small per-rank results, row counts,
 notes. The tables themselves never leave the worker."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -18,9 +18,9 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.dataset import write_tables
 from tracekit.output.workbooks import run_analyses, workbook_jobs, write_workbooks
-from tracekit.pipeline import file_tables
+from tracekit.pipeline import linked
 from tracekit.read.dataset import read_rank
-from tracekit.read.kineto import file_rank, read_trace
+from tracekit.read.kineto import file_rank, rank_tables, read_trace
 
 DONE, UNRANKED, UNREADABLE, EXECUTION_TRACE = "done", "unranked", "unreadable", "execution_trace"
 
@@ -38,31 +38,46 @@ class FileOutcome:
     result: object = None
 
 
-def on_file(path: Path, rank_option: int | None, assigned: tuple[int, str] | None, job: Callable, *args
-            ) -> FileOutcome:
-    """Read PATH (with the rank `assigned` by the driver, else its own or `rank_option`) and run JOB(tables, *args)."""
-    try:
-        trace = read_trace(path)
-    except InputError as exc:
-        return FileOutcome(path, UNREADABLE, str(exc))
-    if trace.is_execution_trace:
-        return FileOutcome(path, EXECUTION_TRACE)
-    rank, source = assigned or file_rank(path, trace, rank_option)
-    if rank is None:
-        return FileOutcome(path, UNRANKED)
-    tables = file_tables(path, trace, rank, source)
-    del trace
-    return FileOutcome(path, DONE, ranks=tuple(tables.rank_list),
-                       rows={name: t.num_rows for name, t in tables.items()}, diagnostics=tables.diagnostics,
-                       result=job(tables, *args))
+def on_files(paths: list[Path], rank_option: int | None, assigned: list[tuple[int, str]] | None, job: Callable,
+             *args) -> list[FileOutcome]:
+    """Read PATHS (with the ranks `assigned` by the driver, else their own or `rank_option`), join and link the
+    tables of those that give ranks, and run JOB(tables, *args) once on them. An outcome per file; the first file
+    read carries the rows, notes and result of the group (several files a task: the fixed cost of a connection and
+    its query plans is paid once for them)."""
+    outcomes, parts = [], []
+    for i, path in enumerate(paths):
+        try:
+            trace = read_trace(path)
+        except InputError as exc:
+            outcomes.append(FileOutcome(path, UNREADABLE, str(exc)))
+            continue
+        if trace.is_execution_trace:
+            outcomes.append(FileOutcome(path, EXECUTION_TRACE))
+            continue
+        rank, source = assigned[i] if assigned else file_rank(path, trace, rank_option)
+        if rank is None:
+            outcomes.append(FileOutcome(path, UNRANKED))
+            continue
+        part = rank_tables(trace, rank, source)
+        del trace
+        parts.append(part)
+        outcomes.append(FileOutcome(path, DONE, ranks=tuple(sorted(part.tables["ranks"].column("rank").to_pylist()))))
+    if not parts:
+        return outcomes
+    tables = linked(parts)
+    del parts
+    first = next(i for i, o in enumerate(outcomes) if o.kind == DONE)
+    outcomes[first] = replace(outcomes[first], rows={name: t.num_rows for name, t in tables.items()},
+                              diagnostics=tables.diagnostics, result=job(tables, *args))
+    return outcomes
 
 
-def on_rank(dataset, rank: int, job: Callable, *args) -> FileOutcome:
+def on_rank(dataset, rank: int, job: Callable, *args) -> list[FileOutcome]:
     """One rank of an ingested DATASET read (its partitions only) and JOB(tables, *args) run on it."""
     tables = read_rank(dataset, rank)
-    return FileOutcome(f"{dataset} (rank {rank})", DONE, ranks=(rank,),
-                       rows={name: t.num_rows for name, t in tables.items()}, diagnostics=tables.diagnostics,
-                       result=job(tables, *args))
+    return [FileOutcome(f"{dataset} (rank {rank})", DONE, ranks=(rank,),
+                        rows={name: t.num_rows for name, t in tables.items()}, diagnostics=tables.diagnostics,
+                        result=job(tables, *args))]
 
 
 def ingest_job(tables: TraceTables, building: Path) -> None:
