@@ -136,18 +136,19 @@ def check_tables(tables: TraceTables, inputs: Inputs, require_events: bool = Tru
     """The tables read from INPUTS, checked: refused when they hold no events (unless not `require_events`), and a
     CutTraceWarning for each cut trace file among them."""
     if require_events:
-        refuse_no_events(tables, list(inputs.given))
+        refuse_no_events({name: t.num_rows for name, t in tables.items()}, tables.diagnostics, list(inputs.given))
     warn_about_files(tables.diagnostics)
     return tables
 
 
-def refuse_no_events(tables: TraceTables, files: list[str | Path]) -> None:
-    """InputError when the files hold nothing to analyse: no event, instant or Execution Trace node (an empty
-    report or query result helps nobody; the message says whether entries were there but unusable)."""
-    if tables.events.num_rows or tables.instants.num_rows or tables.et_nodes.num_rows:
+def refuse_no_events(rows: dict[str, int], diagnostics: pa.Table, files: list[str | Path]) -> None:
+    """InputError when the files (whose tables have ROWS per table and DIAGNOSTICS) hold nothing to analyse: no
+    event, instant or Execution Trace node (an empty report or query result helps nobody; the message says whether
+    entries were there but unusable)."""
+    if rows.get("events") or rows.get("instants") or rows.get("et_nodes"):
         return
     named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
-    dropped = sum(tables.diagnostics.column("dropped").to_pylist())
+    dropped = sum(diagnostics.column("dropped").to_pylist())
     why = f"none of its {dropped:,} entries is a usable event" if dropped else "traceEvents is empty"
     raise InputError(f"{named}: no trace events ({why})")
 

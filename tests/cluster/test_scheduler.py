@@ -196,3 +196,15 @@ def test_small_files_are_read_in_groups_with_the_same_bytes(client, tmp_path):
     tracekit.write_dataset(tracekit.load(tmp_path / "traces"), tmp_path / "local")
     assert files_of(tmp_path / "local") == files_of(tmp_path / "cluster")
     assert runs.batches(files, 16) == [[f] for f in files]  # as many threads as files: one file a task
+
+
+def test_traces_without_events_are_refused_with_the_local_message(client, tmp_path):
+    from tracekit.cluster import runs
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.json").write_text('{"traceEvents": []}')
+    with pytest.raises(InputError) as local:
+        tracekit.load(tmp_path)
+    with pytest.raises(InputError) as cluster:
+        runs.ingest(client, resolve_inputs(tmp_path), tmp_path / "ds")
+    assert str(cluster.value) == str(local.value) and "no trace events (traceEvents is empty)" in str(local.value)
+    assert not (tmp_path / "ds").exists()

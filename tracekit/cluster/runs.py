@@ -19,7 +19,7 @@ from tracekit.diff.side import Side
 from tracekit.engine.catalog import across_ranks
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import Inputs, warn_about_files
+from tracekit.inputs import Inputs, refuse_no_events, warn_about_files
 from tracekit.output.atomic import created_dir, replacing_files, staging_dir
 from tracekit.output.dataset import building_dataset, remove_other_ranks, write_marker, write_tables
 from tracekit.output.workbooks import (
@@ -89,10 +89,7 @@ def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> Fi
         raise InputError(unread[0][1])
     done = FilesDone(read, pa.concat_tables([o.diagnostics for o in read if o.diagnostics is not None]
                                             + [unread_notes(unread)]), sorted(claimed))
-    rows = done.rows()
-    if not (rows["events"] or rows["instants"]):
-        named = ", ".join(map(str, files[:3])) + (f" (and {len(files) - 3} more files)" if len(files) > 3 else "")
-        raise InputError(f"{named}: no trace events")
+    refuse_no_events(done.rows(), done.diagnostics, list(inputs.given))
     warn_about_files(done.diagnostics)
     return done
 
@@ -156,7 +153,9 @@ def gathered(client, calls: list[tuple], job, args: tuple, sources_first: bool =
     def submit_next():
         i, (function, sources, leading) = pending.pop()
         arguments = (sources, *leading) if sources_first else leading
-        running[client.submit(function, *arguments, job, *args, pure=False)] = (i, sources)
+        future = client.submit(function, *arguments, job, *args, pure=False)
+        running[future] = (i, sources)
+        return future
 
     for _ in range(min(len(pending), worker_threads(client))):
         submit_next()
@@ -166,8 +165,7 @@ def gathered(client, calls: list[tuple], job, args: tuple, sources_first: bool =
             i, sources = running.pop(future)
             outcomes[i] = outcomes_of(sources, future)
             if pending:
-                submit_next()
-                flow.add(next(reversed(running)))
+                flow.add(submit_next())
     finally:
         client.cancel(list(running))
     return [outcome for i in range(len(calls)) for outcome in outcomes[i]]

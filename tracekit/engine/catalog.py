@@ -182,18 +182,25 @@ def public_macros() -> dict[str, str]:
 
 def include_order(names) -> list[str]:
     """NAMES and the files they include, transitively, each after its includes (each once)."""
+    return dependency_order(names, lambda name: load_query(name).includes, "includes", "includes", "does not exist")
+
+
+def dependency_order(names, needs, relation: str, verb: str, missing: str) -> list[str]:
+    """NAMES and the query files they need (`needs(name)`: their includes, or the analyses they read), transitively,
+    each after what it needs, each once. FileNotFoundError naming the file that needs a missing one ("queries/A.sql
+    VERB B, which MISSING"), ValueError for a cycle ("circular RELATION A → B → A")."""
     order: list[str] = []
 
     def visit(name: str, chain: tuple[str, ...]) -> None:
         if name in order:
             return
         if name in chain:
-            raise ValueError(f"queries/{chain[0]}.sql: circular includes {' → '.join(chain + (name,))}")
+            raise ValueError(f"queries/{chain[0]}.sql: circular {relation} {' → '.join(chain + (name,))}")
         if not (queries_dir() / f"{name}.sql").is_file():
-            where = f"queries/{chain[-1]}.sql includes {name}, which" if chain else f"queries/{name}.sql"
-            raise FileNotFoundError(f"{where} does not exist")
-        for include in load_query(name).includes:
-            visit(include, chain + (name,))
+            raise FileNotFoundError(f"queries/{chain[-1]}.sql {verb} {name}, which {missing}" if chain
+                                    else f"queries/{name}.sql does not exist")
+        for needed in needs(name):
+            visit(needed, chain + (name,))
         order.append(name)
 
     for name in names:
@@ -248,22 +255,7 @@ def analysis_order(name: str) -> list[str]:
     """NAME and the analyses it reads, transitively, each after the ones it reads: the one dependency resolver.
 
     FileNotFoundError for a missing analysis (NAME, or one it reads), ValueError for a cycle."""
-    order: list[str] = []
-
-    def visit(current: str, chain: tuple[str, ...]) -> None:
-        if current in order:
-            return
-        if current in chain:
-            raise ValueError(f"queries/{current}.sql: circular inputs {' → '.join(chain + (current,))}")
-        if not (queries_dir() / f"{current}.sql").is_file():
-            raise FileNotFoundError(f"queries/{chain[-1]}.sql reads {current}, which is neither a table nor an "
-                                    "analysis" if chain else f"queries/{current}.sql does not exist")
-        for dep in analysis_inputs(current):
-            visit(dep, chain + (current,))
-        order.append(current)
-
-    visit(name, ())
-    return order
+    return dependency_order([name], analysis_inputs, "inputs", "reads", "is neither a table nor an analysis")
 
 
 # Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them; a connection
