@@ -4,7 +4,7 @@
 -- includes:
 -- macros:
 --   communication_kernel(name): true when a GPU kernel's name says it moves data between devices: NCCL/RCCL,
---     DeepEP (its layout and epilogue kernels are local work), NVSHMEM/rocSHMEM, MSCCL++, MORI's EP kernels,
+--     DeepEP (its layout, epilogue and buffer-cleaning kernels are local work), NVSHMEM/rocSHMEM, MSCCL++, MORI's EP kernels,
 --     vLLM/SGLang custom all-reduce (cross_device_reduce_*, quickreduce), PyTorch symmetric memory (multimem_*)
 --     and any other kernel named after a collective (all_reduce, all_gather, reduce_scatter, all_to_all, all2all:
 --     TensorRT-LLM/FlashInfer fused all-reduce, one/two-shot all-reduce, all_to_all_vdev) unless Inductor made it.
@@ -26,7 +26,7 @@ create or replace macro communication_kernel(name) as
     regexp_matches(name, '(?i)nccl|rccl|nvshmem|rocshmem|roc_shmem|mscclpp|cross_device_reduce|quickreduce'
                          || '|multimem_|ep(dispatch|combine)(intra|inter)node')
     or (regexp_matches(name, '(deep_ep|dpsk::ep)::')
-        and not regexp_matches(name, '(?i)get_dispatch_layout|layout::|epilogue'))
+        and not regexp_matches(name, '(?i)get_dispatch_layout|layout::|epilogue|mask_buffer|clean_low_latency_buffer'))
     or (regexp_matches(name, '(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|all2all')
         and not regexp_matches(name, '^triton_(poi|red|per|tem)_'));
 
@@ -102,7 +102,9 @@ create or replace macro kernel_category(name, kind) as
     case
         when kind in ('memcpy', 'memset') or (kind = 'kernel' and transfer_kernel(name)) then 'memcpy/memset'
         when communication_kernel(name) then 'communication'
-        when regexp_matches(name, '(?i)conv|implicit_gemm|fprop|dgrad|wgrad|winograd|igemm_(fwd|bwd|wrw)')
+        -- conv as a word, not inside one (vllm::_typeConvert is no convolution)
+        when regexp_matches(name, '(?i)(^|[^a-z])conv|conv_?(fwd|bwd|\dd)|convolution|implicit_gemm|fprop|dgrad'
+                                  || '|wgrad|winograd|igemm_(fwd|bwd|wrw)|[sh]cudnn')
             then 'convolution'
         when regexp_matches(name, '(?i)flash|fmha|attn|attention|sdpa') then 'attention'
         when regexp_matches(name, '(?i)embedding') and not regexp_matches(name, '(?i)rotary') then 'embedding'
@@ -110,7 +112,8 @@ create or replace macro kernel_category(name, kind) as
                             '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma')
             then 'GEMM'
         when regexp_matches(name, '(?i)norm(zero|one|two|inf|minusinf)?ops|lpnorm') then 'reduction'
-        when regexp_matches(name, '(?i)norm|rowwisemoments|welford|gammabeta') then 'normalization'
+        when regexp_matches(name, '(?i)norm|rowwisemoments|welford|gammabeta|(^|[^a-z])bn_(fw|bw)')
+            then 'normalization'
         when regexp_matches(name, '(?i)reduce|softmax|triton_red_|triton_per_|scan_kernel|cumsum') then 'reduction'
         when regexp_matches(name, '(?i)elementwise|vectorized|unrolled|pointwise|triton_poi_|foreach|fill|copy')
             then 'elementwise'
