@@ -217,18 +217,23 @@ CATEGORIES = ("GEMM", "attention", "convolution", "embedding", "normalization", 
 
 
 def totals_table() -> str:
-    lines = ["| trace | " + " | ".join(CATEGORIES) + " | communication kernels (GPU timeline, ms) |",
-             "|---|" + "---|" * (len(CATEGORIES) + 1)]
+    """Per trace (its lowest rank): direct kernel time by op category (op_categories), then GPU time by kernel
+    category (kernel_summary), and the GPU timeline's communication (a union: overlaps counted once)."""
+    header = "| trace | " + " | ".join(CATEGORIES) + " |"
+    rule_line = "|---|" + "---|" * len(CATEGORIES)
+    ops, kernels = [header, rule_line], [header + " communication, GPU timeline |", rule_line + "---|"]
     for relative in TOTALS_TRACES:
-        tables = tracekit.load(shared_trace(relative))
-        got = analyses.run_all(tables, ["op_categories", "gpu_timeline"])
-        rank = got["op_categories"]["rank"].min() if got["op_categories"].height else 0
-        ms = dict(got["op_categories"].filter(pl.col("rank") == rank).select("category", "direct_kernel_ms").iter_rows())
+        got = analyses.run_all(tracekit.load(shared_trace(relative)), ["op_categories", "kernel_summary", "gpu_timeline"])
+        rank = got["kernel_summary"]["rank"].min()
+        by_op = dict(got["op_categories"].filter(pl.col("rank") == rank).select("category", "direct_kernel_ms").iter_rows())
+        by_kernel = dict(got["kernel_summary"].filter(pl.col("rank") == rank).group_by("category")
+                         .agg(pl.col("total_us").sum() / 1e3).iter_rows())
         comm = got["gpu_timeline"].filter((pl.col("rank") == rank) & (pl.col("category") == "communication"))
-        comm_ms = comm["time_ms"][0] if comm.height else 0.0
-        lines.append(f"| {relative} | " + " | ".join(f"{ms[c]:.3f}" if c in ms else "" for c in CATEGORIES)
-                     + f" | {comm_ms:.3f} |")
-    return "\n".join(lines)
+        ops.append(f"| {relative} | " + " | ".join(f"{by_op[c]:.3f}" if c in by_op else "" for c in CATEGORIES) + " |")
+        kernels.append(f"| {relative} | " + " | ".join(f"{by_kernel[c]:.3f}" if c in by_kernel else ""
+                                                       for c in CATEGORIES) + f" | {comm['time_ms'][0]:.3f} |")
+    return ("Direct kernel time by op category (ms):\n\n" + "\n".join(ops)
+            + "\n\nGPU time by kernel category (ms, summed durations):\n\n" + "\n".join(kernels))
 
 
 def test_category_totals_table_is_current():
@@ -236,3 +241,38 @@ def test_category_totals_table_is_current():
     current = text.split("<!-- totals:begin -->\n", 1)[1].split("<!-- totals:end -->", 1)[0].strip()
     table = totals_table()
     assert current == table, "docs/categories.md's totals table is out of date; it should read:\n" + table
+
+
+def test_mtia_keeps_its_device_name_and_its_headings_say_device(tmp_path):
+    """MTIA: its device is named by deviceProperties ("ARTEMIS") or, where a trace has none, by its process label
+    ("MTIA 17"); the oracle is the trace's own JSON. Its workbook's headings say device, not GPU."""
+    import gzip
+    import json
+
+    import openpyxl
+
+    from tracekit.output import workbooks
+
+    path = shared_trace("other/mtia_inference.json.gz")
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    tables = tracekit.load(path)
+    info = analyses.run(tables, "rank_info")
+    assert info.select("device_name", "device_type").rows() == [(raw["deviceProperties"][0]["name"], "MTIA")]
+    del raw["deviceProperties"]
+    bare = tmp_path / "no_device_properties.json"
+    bare.write_text(json.dumps(raw))
+    label = next(e["args"]["labels"] for e in raw["traceEvents"]
+                 if e.get("ph") == "M" and e.get("name") == "process_labels" and "MTIA" in e["args"]["labels"])
+    assert analyses.run(tracekit.load(bare), "rank_info")["device_name"].to_list() == [label]
+    dma = analyses.run(tables, "kernel_summary").filter(pl.col("kernel_name") == "dma_request")
+    assert dma["category"].to_list() == ["memcpy/memset"]
+    paths = workbooks.write_reports(tables, tmp_path / "report")
+    book = openpyxl.load_workbook(paths[0], read_only=True)
+    text = [str(c) for ws in book.worksheets if ws.title != "Diagnostics"  # its rows quote the link stage's details
+            for row in ws.iter_rows(values_only=True) for c in row if c]
+    assert "Device timeline" in book.sheetnames and "GPU timeline" not in book.sheetnames
+    assert any(t.startswith("Device time") for t in text) and not any(re.search(r"\bGPU\b", t) for t in text)
+    # a GPU trace keeps saying GPU
+    gpu = workbooks.device_word(analyses.run_all(tracekit.load(shared_trace("nvidia/h100_bert-small.json.gz")),
+                                                 ["rank_info"]))
+    assert gpu == "GPU"
