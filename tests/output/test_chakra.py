@@ -199,7 +199,8 @@ def test_synth_expert_parallel_job(et_def, tmp_path):
     assert counts["collectives"] > 0 and counts["collectives_after_gpu"] == counts["collectives"]
     _, nodes = decode(et_def, paths[0])
     types = {(n.name.split("<")[0], attrs(n).get("comm_type")) for n in nodes if n.type == et_def.COMM_COLL_NODE}
-    assert {("void deep_ep::intranode::dispatch", et_def.ALL_TO_ALL), ("void deep_ep::intranode::combine", et_def.ALL_TO_ALL),
+    assert {("void deep_ep::intranode::dispatch", et_def.ALL_TO_ALL),
+            ("void deep_ep::intranode::combine", et_def.ALL_TO_ALL),
             ("void vllm::cross_device_reduce_1stage", et_def.ALL_REDUCE)} <= types
 
 

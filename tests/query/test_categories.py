@@ -85,6 +85,12 @@ def check_trace(tables: tracekit.TraceTables) -> dict[str, pl.DataFrame]:
         assert pairs.join(names, on="name", how="anti", nulls_equal=True).height == 0, sheet
         assert pairs.join(names, on=["name", "category"], how="anti").height == 0, sheet
 
+    # the per-call figures' denominator is the calls that launched GPU work (shown beside all calls)
+    per_call = got["op_summary"].filter(pl.col("gpu_calls") > 0)
+    assert ((per_call["kernel_mean_us"] * per_call["gpu_calls"] - per_call["direct_kernel_ms"] * 1e3).abs()
+            <= 1e-6 * (1 + per_call["direct_kernel_ms"] * 1e3)).all()
+    assert got["op_summary"].filter((pl.col("gpu_calls") == 0) & (pl.col("direct_kernel_ms") > 0)).height == 0
+
     # category totals recomputed: op_summary's direct time by the rule's category, calls by nest edges
     by_name = got["op_summary"].with_columns(
         recomputed=pl.col("name").map_elements(rule.op_category, return_dtype=pl.String))
@@ -128,19 +134,22 @@ def test_synth_expert_parallel_communication_equals_ground_truth(expert_parallel
     got = check_trace(tables)
     collectives = analyses.run(tables, "collectives")
     for r in truth["ranks"]:
-        timeline = dict(got["gpu_timeline"].filter(pl.col("rank") == r["rank"]).select("category", "time_ms").iter_rows())
+        timeline = dict(got["gpu_timeline"].filter(pl.col("rank") == r["rank"])
+                        .select("category", "time_ms").iter_rows())
         for category, key in (("communication", "communication_ns"), ("computation", "computation_ns"),
                               ("exposed_communication", "exposed_comm_ns")):
             assert round(timeline[category] * 1e6) == r["gpu_timeline"][key], category
         library = r["library_collectives"]
         assert {c["collective"] for c in library} == {"all_to_all", "all_reduce"} and len(library) > 0
-        mine = collectives.filter((pl.col("rank") == r["rank"]) & (pl.col("args_source") == "kernel_name")).sort("start_ns")
+        mine = (collectives.filter((pl.col("rank") == r["rank"]) & (pl.col("args_source") == "kernel_name"))
+                .sort("start_ns"))
         assert mine.select("kernel_name", "start_ns", "collective").rows() == [
             (c["kernel"], c["start"], c["collective"]) for c in library]
         assert mine["bytes"].is_null().all() and set(mine["process_group"]) == {"unknown"}
     nodes = chakra_graph(tables).nodes.filter(~pl.col("is_cpu_op"))
     deep_ep = nodes.filter(pl.col("name").str.contains("deep_ep::"))
-    assert deep_ep.height and set(deep_ep["node_type"]) == {"COMM_COLL_NODE"} and set(deep_ep["comm_type"]) == {"ALL_TO_ALL"}
+    assert deep_ep.height and set(deep_ep["node_type"]) == {"COMM_COLL_NODE"}
+    assert set(deep_ep["comm_type"]) == {"ALL_TO_ALL"}
     custom = nodes.filter(pl.col("name").str.contains("cross_device_reduce"))
     assert custom.height and set(custom["comm_type"]) == {"ALL_REDUCE"}
 
@@ -149,7 +158,8 @@ def test_communication_kernel_names_from_the_libraries():
     """Names as the libraries' sources define them (DeepEP, vLLM/SGLang, PyTorch symmetric memory, TensorRT-LLM)
     and near misses that are computation."""
     communication = [
-        "void dpsk::ep::internode::dispatch<false, 8, 16>(int4*, float*)", "void dpsk::ep::internode::cached_notify<8>()",
+        "void dpsk::ep::internode::dispatch<false, 8, 16>(int4*, float*)",
+        "void dpsk::ep::internode::cached_notify<8>()",
         "void deep_ep::intranode::notify_dispatch<8>(int const*)", "void deep_ep::internode_ll::combine<false>(void*)",
         "void vllm::cross_device_reduce_2stage<c10::BFloat16, 4>(vllm::RankData*)",
         "void sglang::cross_device_reduce_1stage<float, 8>(sglang::RankData*)",
@@ -207,10 +217,12 @@ def test_vector_norm_op_and_kernel_are_both_reductions():
     assert re.search("linalg_vector_norm", rule.tables()["Op categories"][8][3])
 
 
-TOTALS_TRACES = ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz", "nvidia/h100_bert-small.json.gz",
+TOTALS_TRACES = ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz",
+                 "nvidia/h100_bert-small.json.gz",
                  "nvidia/b200_eager_rank0of8.json.gz", "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
                  "amd/mi300x_vllm_decode_graph_execution.json.gz", "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
-                 "multirank/dlrm_8ranks_v100", "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
+                 "multirank/dlrm_8ranks_v100",
+                 "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
                  "other/mtia_inference.json.gz")
 CATEGORIES = ("GEMM", "attention", "convolution", "embedding", "normalization", "elementwise", "reduction",
               "communication", "memcpy/memset", "other")
@@ -223,9 +235,11 @@ def totals_table() -> str:
     rule_line = "|---|" + "---|" * len(CATEGORIES)
     ops, kernels = [header, rule_line], [header + " communication, GPU timeline |", rule_line + "---|"]
     for relative in TOTALS_TRACES:
-        got = analyses.run_all(tracekit.load(shared_trace(relative)), ["op_categories", "kernel_summary", "gpu_timeline"])
+        got = analyses.run_all(tracekit.load(shared_trace(relative)),
+                               ["op_categories", "kernel_summary", "gpu_timeline"])
         rank = got["kernel_summary"]["rank"].min()
-        by_op = dict(got["op_categories"].filter(pl.col("rank") == rank).select("category", "direct_kernel_ms").iter_rows())
+        by_op = dict(got["op_categories"].filter(pl.col("rank") == rank)
+                     .select("category", "direct_kernel_ms").iter_rows())
         by_kernel = dict(got["kernel_summary"].filter(pl.col("rank") == rank).group_by("category")
                          .agg(pl.col("total_us").sum() / 1e3).iter_rows())
         comm = got["gpu_timeline"].filter((pl.col("rank") == rank) & (pl.col("category") == "communication"))

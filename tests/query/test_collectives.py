@@ -31,7 +31,8 @@ def nccl_tests_busbw(collective: str, algbw: float, n: int) -> float:
 
 
 # kernels without args: the collective their name implies (docs/categories.md)
-NAMED_TYPES = (("multimem_all_reduce|cross_device_reduce", "all_reduce"), ("deep_ep::.*(dispatch|combine)", "all_to_all"))
+NAMED_TYPES = (("multimem_all_reduce|cross_device_reduce", "all_reduce"),
+               ("deep_ep::.*(dispatch|combine)", "all_to_all"))
 
 
 def oracle_collectives(raw: raw_trace.RawTrace, world_size: int) -> dict[int, dict]:
