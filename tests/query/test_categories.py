@@ -290,3 +290,18 @@ def test_mtia_keeps_its_device_name_and_its_headings_say_device(tmp_path):
     gpu = workbooks.device_word(analyses.run_all(tracekit.load(shared_trace("nvidia/h100_bert-small.json.gz")),
                                                  ["rank_info"]))
     assert gpu == "GPU"
+
+
+def test_diff_categories_move_the_same_way_in_total_and_per_step():
+    """The diff's Categories rows take their totals and their per-step values from one rule (op_categories, run
+    over the whole capture and per step): a row whose total moves by >= 1 ms has its per-step effect moving the
+    same way (the shared workers0/workers4 pair: elementwise copies move)."""
+    from tracekit import diff
+
+    pair = shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4")
+    result = diff.compare(tracekit.load(pair / "workers0.pt.trace.json.gz"),
+                          tracekit.load(pair / "workers4.pt.trace.json.gz"))
+    rows = result.sections["categories"].filter(pl.col("delta_direct_kernel_ms").abs() >= 1)
+    assert rows.height > 0
+    for row in rows.iter_rows(named=True):
+        assert row["effect_direct_kernel_ms"] * row["delta_direct_kernel_ms"] > 0, row
