@@ -4,7 +4,7 @@
 -- columns:
 --   rank: rank
 --   op_name: innermost cpu_op enclosing the launch call (null when there is none: see attribution)
---   op_category: category of op_name (rules in lib/categories.sql), from all the GPU work of that op name
+--   op_category: category of op_name (op_category in lib/categories.sql: from the name alone)
 --   attribution: op (launch call inside a cpu_op), no_enclosing_op (launch call outside every cpu_op), no_launcher (no launch call in the trace)
 --   kernel_name: GPU op name
 --   kind: kernel, memcpy or memset
@@ -29,12 +29,10 @@ per_rank as (
 owned as (
     select *,
            case when op_id is not null then 'op' when call_id is not null then 'no_enclosing_op' else 'no_launcher' end
-               as attribution,
-           -- an op name is memcpy/memset when all its GPU work is (as in op_summary, here over direct work only)
-           bool_and(kind <> 'kernel') over (partition by rank, op_name) as memory_only
+               as attribution
     from ops
 )
-select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name, o.memory_only)) as op_category,
+select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name)) as op_category,
        o.attribution, o.name as kernel_name, o.kind, o.stream, kernel_category(o.name, o.kind) as category,
        count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
        median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
@@ -42,5 +40,5 @@ select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name, o.m
        100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
        100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
 from owned o join per_rank p on p.rank = o.rank
-group by o.rank, o.op_name, o.memory_only, o.attribution, o.name, o.kind, o.stream
+group by o.rank, o.op_name, o.attribution, o.name, o.kind, o.stream
 order by o.rank, total_us desc, op_name, kernel_name, stream

@@ -105,12 +105,11 @@ create or replace macro op_rollup(by_shape) as table
                median(direct_ns::double) filter (where direct_gpu_ops > 0) / 1e3 as kernel_median_us,
                min(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_min_us,
                max(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_max_us,
-               sum(direct_gpu_ops)::bigint as direct_gpu_ops,
-               if(sum(subtree_gpu_ops) = 0, null, sum(subtree_kernels) = 0) as memory_only
+               sum(direct_gpu_ops)::bigint as direct_gpu_ops
         from op_calls()
         group by all
     )
-    select rank, name, op_category(name, memory_only) as category, input_dims, input_type,
+    select rank, name, op_category(name) as category, input_dims, input_type,
            count, gpu_calls, total_cpu_ms, self_cpu_ms, direct_kernel_ms, subtree_kernel_ms,
            kernel_mean_us, kernel_median_us, kernel_min_us, kernel_max_us, direct_gpu_ops,
            100 * direct_ns / nullif(sum(direct_ns) over ranked, 0) as percent_kernel,

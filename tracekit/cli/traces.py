@@ -97,17 +97,20 @@ def report(traces, out_dir, rank, force, scheduler):
               help="Multiply the durations of kernels whose name contains NAME (repeatable).")
 @click.option("--queued-kernels", type=click.IntRange(min=0), default=0, show_default=True,
               help="Kernels queued before the profiling window: on the GPU, with no launch call in the trace.")
+@click.option("--expert-parallel", is_flag=True,
+              help="Each forward layer also runs DeepEP-style dispatch/combine and a vLLM-style custom all-reduce.")
 @click.option("--merged", is_flag=True, help="Also write merged/merged.json holding every rank (TraceFuse style).")
 @click.option("--gzip", "gzip_output", is_flag=True, help="Write .json.gz files.")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for rank{r}.json and ground_truth.json.")
 @user_errors
-def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, out_dir):
+def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, expert_parallel, merged,
+          gzip_output, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
     from tracekit import synth as synthetic
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
-                               merged=merged, gzip=gzip_output)
+                               merged=merged, gzip=gzip_output, expert_parallel=expert_parallel)
     entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])
     stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
                  f"({ranks} ranks, {entries:,} trace events) and {synthetic.GROUND_TRUTH_FILE}")
