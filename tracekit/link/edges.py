@@ -6,6 +6,8 @@ Kinds built here:
 - stream: GPU op → the next GPU op on the same (rank, device, stream);
 - sync: GPU op a `cuda_sync` event waited for → the host call that waited (Event Sync, Stream Sync, Context Sync) or
   the next GPU op on the waiting stream (Stream Wait Event);
+- sync_inferred: GPU op → the blocking host call that waited for it, where no sync event covers the call: inferred
+  from the call's class and its end just after the op's (queries/link/sync_inferred_edges.sql, docs/critical_path.md);
 - flow: forward op → backward op, from `fwdbwd` flow endpoints bound to the cpu_op they sit on.
 
 Every join key includes rank, so merged multi-rank input (whose correlation ids restart per rank) cannot cross-link.
@@ -28,7 +30,7 @@ NESTING_RANK = {kind: i for i, kind in enumerate(NESTING_KINDS)}
 
 
 def build_edges(tables: TraceTables) -> TraceTables:
-    """Tables with `edges` filled (nest, launch, stream, sync, flow) and what could not be linked in `diagnostics`."""
+    """Tables with `edges` filled (nest, launch, stream, sync, sync_inferred, flow) and what could not be linked in `diagnostics`."""
     nest, nest_notes = nest_edges(tables.events)
     with tables.connect() as con:
         def result(name: str) -> pa.Table:
@@ -46,10 +48,11 @@ def build_edges(tables: TraceTables) -> TraceTables:
         result("sync_edges")
         sync = con.sql("select distinct on (rank, src, dst) * from sync_edges").to_arrow_table()
         sync_notes = result("unresolved_syncs")
+        sync_inferred = result("sync_inferred_edges")
         result("flow_bindings")
         flow = result("flow_edges")
         flow_notes = result("unbound_flows")
-    edges = pa.concat_tables([schema.conform("edges", t) for t in (nest, launch, stream, sync, flow)])
+    edges = pa.concat_tables([schema.conform("edges", t) for t in (nest, launch, stream, sync, sync_inferred, flow)])
     notes = pa.concat_tables([tables.diagnostics] + [schema.conform("diagnostics", t)
                                                      for t in (nest_notes, launch_notes, sync_notes, flow_notes)])
     return tables.with_tables(edges=edges, diagnostics=notes)
