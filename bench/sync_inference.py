@@ -10,7 +10,8 @@ recorded blocking call returned.
 
 Waiting share: on every trace without sync events that has GPU work, the share of the critical path (all windows)
 owned by host calls that waited for the GPU (the destination of a sync or sync_inferred edge whose op ended inside
-the call), with the edges as built ("after") and without the sync_inferred ones ("before", the walk as it was).
+the call): "after" is the critical_path analysis, "before" the walk without sync_inferred edges over the CPU step
+windows, as the critical path was before them.
 
     python bench/sync_inference.py [--quick]
 """
@@ -23,12 +24,14 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import SHARED  # noqa: E402
-from tracekit import schema, synth  # noqa: E402
+from tracekit import synth  # noqa: E402
 from tracekit.engine import catalog  # noqa: E402
 from tracekit.engine.tables import TraceTables  # noqa: E402
+from tracekit.link.edges import inferred_sync_edges  # noqa: E402
 from tracekit.pipeline import load  # noqa: E402
 from tracekit.query import analyses  # noqa: E402
 
@@ -49,10 +52,7 @@ QUICK = ["nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz", 
 
 def inferred_as_if_unrecorded(tables: TraceTables) -> pl.DataFrame:
     """The sync_inferred pass over TABLES with no recorded sync edge to defer to."""
-    with tables.connect() as con:
-        con.register("launch_edges", tables.edges.filter(pa.compute.equal(tables.edges["kind"], "launch")))
-        con.register("sync_edges", schema.empty("edges"))
-        return con.sql(catalog.ready(con, "link/sync_inferred_edges")).pl()
+    return pl.from_arrow(inferred_sync_edges(tables, recorded_first=False))
 
 
 def recorded_calls(tables: TraceTables) -> pl.DataFrame:
@@ -98,7 +98,9 @@ def agreement(name: str, tables: TraceTables) -> dict:
 
 
 def waiting_share(tables: TraceTables) -> tuple[float, float, float, int]:
-    """(before %, after %, path ms, waiting calls): the path's time owned by host calls that waited for the GPU."""
+    """(before %, after %, path ms, waiting calls): the path's time owned by host calls that waited for the GPU.
+    Before: the walk without sync_inferred edges over the CPU step windows (as the critical path was before them);
+    after: the critical_path analysis."""
     waits = catalog.sql(tables, """
         select distinct e.rank, e.dst as event_id
         from edges e
@@ -106,14 +108,15 @@ def waiting_share(tables: TraceTables) -> tuple[float, float, float, int]:
         join events g on g.rank = e.rank and g.id = e.src
         where e.kind in ('sync', 'sync_inferred') and c.kind in ('runtime', 'driver')
           and g.ts + g.dur > c.ts and g.ts + g.dur <= c.ts + c.dur""")
-    without = tables.with_tables(edges=tables.edges.filter(pa.compute.not_equal(tables.edges["kind"],
+    without = tables.with_tables(edges=tables.edges.filter(pc.not_equal(tables.edges["kind"],
                                                                                 "sync_inferred")))
-    shares = []
-    for edges_used in (without, tables):
-        path = analyses.run(edges_used, "critical_path")
-        waiting = path.join(waits, on=["rank", "event_id"], how="semi")["duration_ns"].sum()
-        shares.append(100.0 * waiting / path["duration_ns"].sum())
-    return shares[0], shares[1], path["duration_ns"].sum() / 1e6, waits.height
+    before = catalog.sql(without, """
+        with windows as materialized (select rank, window_id, start_ns, end_ns from step_or_trace_windows())
+        select * from critical_path_segments('windows')""")
+    after = analyses.run(tables, "critical_path")
+    shares = [100.0 * path.join(waits, on=["rank", "event_id"], how="semi")["duration_ns"].sum()
+              / path["duration_ns"].sum() for path in (before, after)]
+    return shares[0], shares[1], after["duration_ns"].sum() / 1e6, waits.height
 
 
 def main() -> None:

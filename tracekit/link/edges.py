@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit import schema
 from tracekit.engine import catalog
@@ -56,6 +57,17 @@ def build_edges(tables: TraceTables) -> TraceTables:
     notes = pa.concat_tables([tables.diagnostics] + [schema.conform("diagnostics", t)
                                                      for t in (nest_notes, launch_notes, sync_notes, flow_notes)])
     return tables.with_tables(edges=edges, diagnostics=notes)
+
+
+def inferred_sync_edges(tables: TraceTables, recorded_first: bool = True) -> pa.Table:
+    """The sync_inferred pass over TABLES (edges built): with recorded_first false, as if the trace had no sync
+    events (every blocking call gets its inferred edge: what the agreement study compares with the recorded ones)."""
+    kinds = tables.edges["kind"]
+    with tables.connect() as con:
+        con.register("launch_edges", tables.edges.filter(pc.equal(kinds, "launch")))
+        con.register("sync_edges", tables.edges.filter(pc.equal(kinds, "sync")) if recorded_first
+                     else schema.empty("edges"))
+        return con.sql(catalog.ready(con, "link/sync_inferred_edges")).to_arrow_table()
 
 
 def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table]:
