@@ -31,7 +31,7 @@ from bench.common import SHARED  # noqa: E402
 from tracekit import synth  # noqa: E402
 from tracekit.engine import catalog  # noqa: E402
 from tracekit.engine.tables import TraceTables  # noqa: E402
-from tracekit.link.edges import inferred_sync_edges  # noqa: E402
+from tracekit.link.edges import inferred_edges  # noqa: E402
 from tracekit.pipeline import load  # noqa: E402
 from tracekit.query import analyses  # noqa: E402
 
@@ -52,7 +52,28 @@ QUICK = ["nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz", 
 
 def inferred_as_if_unrecorded(tables: TraceTables) -> pl.DataFrame:
     """The sync_inferred pass over TABLES with no recorded sync edge to defer to."""
-    return pl.from_arrow(inferred_sync_edges(tables, recorded_first=False))
+    return pl.from_arrow(inferred_edges(tables, recorded_first=False)).filter(pl.col("kind") == "sync_inferred")
+
+
+def stream_wait_agreement(tables: TraceTables) -> dict:
+    """Recorded Stream Wait Event edges whose waiting op started within 25 µs of the waited op's end (the wait
+    gated it): how many the stream_wait_inferred pass finds (same op or same end) with no sync event to go on; and
+    inferred edges into ops whose recorded wait did not gate them (false)."""
+    events = tables.polars("events").select("rank", "id", "ts", end=pl.col("ts") + pl.col("dur"))
+    recorded = (tables.polars("edges").filter((pl.col("kind") == "sync") & (pl.col("subkind") == "Stream Wait Event"))
+                .join(events.select("rank", src="id", src_end="end"), on=["rank", "src"])
+                .join(events.select("rank", dst="id", dst_ts="ts"), on=["rank", "dst"])
+                .group_by("rank", "dst").agg(pl.col("dst_ts").first(), pl.col("src_end").max()))
+    alone = (pl.from_arrow(inferred_edges(tables, recorded_first=False))
+             .filter(pl.col("kind") == "stream_wait_inferred")
+             .join(events.select("rank", src="id", inferred_end="end"), on=["rank", "src"]))
+    compared = recorded.join(alone.select("rank", "dst", "inferred_end"), on=["rank", "dst"], how="left")
+    gated = compared.filter(pl.col("dst_ts") - pl.col("src_end") <= 25_000)
+    return {"stream_waits_gating": gated.height,
+            "stream_waits_found": gated.filter(pl.col("inferred_end") == pl.col("src_end")).height,
+            "stream_waits_not_gating": compared.height - gated.height,
+            "inferred_on_not_gating": compared.filter((pl.col("dst_ts") - pl.col("src_end") > 25_000)
+                                                      & pl.col("inferred_end").is_not_null()).height}
 
 
 def recorded_calls(tables: TraceTables) -> pl.DataFrame:
@@ -93,6 +114,7 @@ def agreement(name: str, tables: TraceTables) -> dict:
         "not_blocking_calls": not_blocking.height,
         "inferred_on_not_blocking": not_blocking.join(inferred, on=["rank", "dst"], how="semi").height,
         "inferred_on_unrecorded_calls": inferred.join(recorded, on=["rank", "dst"], how="anti").height,
+        **stream_wait_agreement(tables),
         "tails_us": sorted(t / 1e3 for t in blocking["tail_ns"]),
     }
 

@@ -13,8 +13,9 @@
 --     memset (a GPU op running; GPU categories by gpu_timeline_category of lib/categories), kernel_to_kernel_gap
 --     (a stream between two ops), idle (nothing)
 --   carried_by: cpu or gpu: where the event owning the segment ran (null: idle)
---   inferred: true for a host call's sync_wait that follows an inferred (sync_inferred) edge: the path before it
---     runs through the GPU op the call is inferred to have waited for
+--   inferred: true for a sync_wait that follows an inferred edge (sync_inferred: a host call's wait;
+--     stream_wait_inferred: a GPU op's wait for another stream): the path before it runs through the GPU op
+--     inferred to have been waited for
 --   start_ns: ns, segment start
 --   duration_us: µs, segment length
 --   end_ns: ns, segment end
@@ -28,9 +29,10 @@
 --   event that ends last in the window, each time to the predecessor that became ready last: on a thread the
 --   last child / previous sibling / parent (HTA's assumption that CPU ops depend on the previous op of their
 --   thread), from a GPU op to the previous op on its stream, its launch call or a GPU op it waits on (sync
---   edges), from a host call that blocked to the GPU op it waited for (sync edges; sync_inferred edges where the
---   trace has no cuda_sync event for the call: inferred from the call's kind and times, docs/critical_path.md, so
---   on such traces the GPU part of the path rests on that inference). A step ends when its last work ends, GPU
+--   edges; stream_wait_inferred edges where none is recorded), from a host call that blocked to the GPU op it
+--   waited for (sync edges; sync_inferred edges where the trace has no cuda_sync event for the call: inferred from
+--   the call's kind and times, docs/critical_path.md, so on such traces the GPU part of the path rests on that
+--   inference: column inferred). A step ends when its last work ends, GPU
 --   included, so its path may end on the GPU (carried_by). Differences from HTA's critical path
 --   (a longest path over a start/end-node graph): HTA counts from the launch call's start to the kernel start as
 --   launch delay (here the call itself is cpu and only call end to kernel start is launch); HTA gives

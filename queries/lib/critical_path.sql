@@ -6,8 +6,8 @@
 --     start_ns, end_ns), the chain of events that bounds it, as segments that tile the window exactly:
 --     rank, window_id, position (1 = earliest), event_id (null: no event), kind, name, category (cpu, sync_wait,
 --     launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle), carried_by (cpu or gpu: where
---     the event that owns the segment ran; null for idle), inferred (true: a host call's wait after the GPU op a
---     sync_inferred edge says it waited for), start_ns, end_ns, duration_ns.
+--     the event that owns the segment ran; null for idle), inferred (true: a wait after the GPU op an inferred
+--     edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns, duration_ns.
 -- notes:
 -- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
 -- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
@@ -23,8 +23,8 @@
 --   E of a GPU op: its S; the op's duration is compute, communication or memcpy (gpu_timeline_category of
 --     lib/categories), or memset.
 --   S of a GPU op: the latest-ready of E of the previous op on its stream (the gap is kernel_to_kernel_gap), E of
---     its launch call (launch: call end to op start), E of a GPU op it waits on through a sync edge
---     (sync_wait); ties prefer stream, then sync, then launch. A predecessor still running when the op started
+--     its launch call (launch: call end to op start), E of a GPU op it waits on through a sync edge or a
+--     stream_wait_inferred edge (sync_wait); ties prefer stream, then sync, then launch. A predecessor still running when the op started
 --     (the launch call, or an overlapping op on the stream) is entered at its S instead, the time up to the op's
 --     start being that predecessor's; such a launch call is ready at the op's start, or at its own start when it
 --     went on to wait for the GPU (a blocking copy queues its op before it waits). Nothing: idle.
@@ -107,7 +107,7 @@ create or replace macro critical_path_segments(windows) as table
         select x.rank, x.kind, x.src, x.dst, g.ts as dst_ts, g.end_ns as dst_end, g.on_gpu as dst_on_gpu
         from edges x
         join cp_events g on g.rank = x.rank and g.id = x.dst
-        where x.kind in ('launch', 'stream', 'sync', 'sync_inferred')
+        where x.kind in ('launch', 'stream', 'sync', 'sync_inferred', 'stream_wait_inferred')
     ),
     cp_links as materialized (
         select l.*, p.ts as src_ts, p.end_ns as src_end, p.on_gpu as src_on_gpu, p.category as src_category
@@ -178,13 +178,14 @@ create or replace macro critical_path_segments(windows) as table
                src_end <= dst_ts as pred_at_end,
                case when src_end <= dst_ts then src_end else src_ts end as lower_ns,
                case when src_end <= dst_ts then dst else src end as segment_event,
-               case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category
+               case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category,
+               false as inferred
         from cp_links
         where kind = 'stream' and src_ts <= dst_ts
         union all
-        select rank, dst, src, 2, src_end, true, src_end, dst, 'sync_wait'
+        select rank, dst, src, 2, src_end, true, src_end, dst, 'sync_wait', kind = 'stream_wait_inferred'
         from cp_links
-        where kind = 'sync' and dst_on_gpu and src_on_gpu and src_end <= dst_ts
+        where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
         -- a launch call still running when its op started gated it at the op's start, unless the call then
         -- waited for the GPU (a blocking copy): it had queued the op when it started waiting, at its start at the
@@ -194,14 +195,15 @@ create or replace macro critical_path_segments(windows) as table
                l.src_end <= l.dst_ts,
                case when l.src_end <= l.dst_ts then l.src_end else l.src_ts end,
                case when l.src_end <= l.dst_ts then l.dst else l.src end,
-               case when l.src_end <= l.dst_ts then 'launch' else 'cpu' end
+               case when l.src_end <= l.dst_ts then 'launch' else 'cpu' end,
+               false
         from cp_links l
         left join cp_host_waits w on w.rank = l.rank and w.id = l.src
         where l.kind = 'launch' and l.src_ts <= l.dst_ts
     ),
     cp_gpu_start as (
         select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end, c.lower_ns,
-               c.segment_event, coalesce(c.category, 'idle') as category, false as inferred,
+               c.segment_event, coalesce(c.category, 'idle') as category, coalesce(c.inferred, false) as inferred,
                g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3
         from cp_gpu g
         left join (

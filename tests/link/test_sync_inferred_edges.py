@@ -11,7 +11,7 @@ import pytest
 
 import tracekit
 from tests.conftest import shared_trace
-from tracekit.link.edges import inferred_sync_edges
+from tracekit.link.edges import inferred_edges
 from tracekit.query import analyses
 
 
@@ -107,6 +107,35 @@ def test_a_launch_blocked_on_a_full_queue_waits_for_the_op_that_freed_a_slot(tmp
     assert src["name"] == "q4" and dst["ts"] == 253_000 and dst["dur"] == 100_000
 
 
+def test_an_op_that_started_late_waited_for_the_op_another_stream_ended_just_before(tmp_path):
+    """copy_after_nccl was queued at 10 (its call ended then) on an idle stream, yet started at 512, 2 µs after the
+    NCCL kernel on stream 9 ended: it waited for it. k_on_time started 5 µs after its launch: nothing to infer, even
+    though an op on another stream (k_side) ended just before it."""
+    tables = load(tmp_path, [
+        call("cudaLaunchKernel#nccl", 0, 5, 1), kernel(8, 502, 1, stream=9, name="ncclDevKernel_AllReduce"),
+        call("cudaMemcpyAsync", 5, 5, 2), gpu("gpu_memcpy", "copy_after_nccl", 512, 10, 2, stream=7),
+        call("cudaLaunchKernel#side", 600, 5, 3), kernel(606, 10, 3, stream=9, name="k_side"),
+        call("cudaLaunchKernel#main", 612, 5, 4), kernel(622, 10, 4, stream=7, name="k_on_time"),
+    ])
+    names = dict(tables.polars("events").select("id", "name").iter_rows())
+    edges = tables.polars("edges").filter(pl.col("kind") == "stream_wait_inferred")
+    assert [(names[s], names[d], lag) for s, d, lag in edges.select("src", "dst", "lag").iter_rows()] == [
+        ("ncclDevKernel_AllReduce", "copy_after_nccl", 2_000)]
+    # without the later ops the copy ends the trace: its path runs back through the NCCL kernel
+    tables = load(tmp_path, [
+        call("cudaLaunchKernel#nccl", 0, 5, 1), kernel(8, 502, 1, stream=9, name="ncclDevKernel_AllReduce"),
+        call("cudaMemcpyAsync", 5, 5, 2), gpu("gpu_memcpy", "copy_after_nccl", 512, 10, 2, stream=7),
+    ])
+    path = analyses.run(tables, "critical_path").sort("position")
+    assert path.select("name", "category", "carried_by", "inferred", "start_ns", "end_ns").rows() == [
+        ("cudaLaunchKernel#nccl", "cpu", "cpu", False, 0, 5_000),
+        ("ncclDevKernel_AllReduce", "launch", "gpu", False, 5_000, 8_000),
+        ("ncclDevKernel_AllReduce", "communication", "gpu", False, 8_000, 510_000),
+        ("copy_after_nccl", "sync_wait", "gpu", True, 510_000, 512_000),
+        ("copy_after_nccl", "memcpy", "gpu", False, 512_000, 522_000),
+    ]
+
+
 def test_recorded_sync_events_take_precedence(tmp_path):
     events = [call("cudaLaunchKernel", 0, 5, 1), kernel(10, 990, 1, name="k1"),
               call("cudaStreamSynchronize", 20, 985, 2), call("cudaDeviceSynchronize", 1100, 10, 3)]
@@ -116,7 +145,7 @@ def test_recorded_sync_events_take_precedence(tmp_path):
     kinds = tables.polars("edges").filter(pl.col("kind").is_in(["sync", "sync_inferred"]))
     assert kinds["kind"].to_list() == ["sync"]
     # the same call gets the same op by inference when the event is ignored
-    alone = pl.from_arrow(inferred_sync_edges(tables, recorded_first=False))
+    alone = pl.from_arrow(inferred_edges(tables, recorded_first=False)).filter(pl.col("kind") == "sync_inferred")
     assert alone.select("src", "dst").rows() == kinds.select("src", "dst").rows()
 
 
@@ -176,7 +205,7 @@ def test_inferred_edges_agree_with_the_recorded_ones(trace):
                 .with_columns(inside=(pl.col("src_end") > pl.col("call_ts")) & (pl.col("src_end") <= pl.col("call_end")))
                 .group_by("dst").agg(blocked=pl.col("inside").any(),
                                      released_at=pl.col("src_end").filter(pl.col("inside")).max()))
-    alone = pl.from_arrow(inferred_sync_edges(tables, recorded_first=False)).join(
+    alone = pl.from_arrow(inferred_edges(tables, recorded_first=False)).filter(pl.col("kind") == "sync_inferred").join(
         events.rename({"id": "src", "end": "inferred_end"}).drop("ts"), on="src")
     compared = recorded.join(alone.select("dst", "inferred_end"), on="dst", how="left")
     blocked = compared.filter("blocked")
@@ -189,7 +218,8 @@ def test_inferred_edges_agree_with_the_recorded_ones(trace):
 NO_SYNC_TRACES = [
     "nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz", "nvidia/b200_eager_rank0of8.json.gz",
     "nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
-    "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
+    "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz", "multirank/dlrm_8ranks_v100",
+    "nvidia/v100_ns_resolution.json.gz",
 ]
 SYNC_CALL = re.compile(r"(?i)synchronize")
 
