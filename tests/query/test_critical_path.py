@@ -7,12 +7,15 @@ import gzip
 import json
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import tracekit
 from tests.conftest import shared_trace
 from tracekit import synth
 from tracekit.engine import catalog
+from tracekit.link.edges import inferred_edges
 from tracekit.query import analyses
 
 CATEGORIES = {"cpu", "launch", "compute", "communication", "memcpy", "memset", "kernel_to_kernel_gap", "sync_wait",
@@ -107,12 +110,24 @@ def hta_comparable(path: pl.DataFrame) -> dict[str, float]:
     return {"length_us": total / 1e3, "cpu": percent.get("cpu", 0.0), "gpu_compute": percent.get("compute", 0.0)}
 
 
+def as_if_no_sync_events(tables):
+    """TABLES with the edges the recorded cuda_sync events gave replaced by those inferred without them."""
+    kept = tables.edges.filter(pc.invert(pc.is_in(tables.edges["kind"], pa.array(
+        ["sync", "sync_inferred", "stream_wait_inferred"]))))
+    return tables.with_tables(edges=pa.concat_tables([kept, inferred_edges(tables, recorded_first=False)]))
+
+
+@pytest.mark.parametrize("edges", ["recorded", "inferred"])
 @pytest.mark.parametrize("trace, length_us, cpu, gpu_compute", [
     ("nvidia/a100_alexnet_cuda_sync.json.gz", 35_834, 89.42, 10.36),
     ("nvidia/a100_simple_add_cuda_sync.json.gz", 241_724, 99.78, None),
 ])
-def test_hta_reference_values(trace, length_us, cpu, gpu_compute):
+def test_hta_reference_values(trace, length_us, cpu, gpu_compute, edges):
+    """HTA's numbers need the cuda_sync events; with them removed, the inferred edges must give the same."""
     tables = tracekit.load(shared_trace(trace))
+    if edges == "inferred":
+        tables = as_if_no_sync_events(tables)
+        assert tables.polars("edges").filter(pl.col("kind") == "sync_inferred").height > 0
     path = hta_window_path(tables, ALEXNET_WINDOW, 1)
     window = path["end_ns"].max() - path["start_ns"].min()
     assert path["duration_ns"].sum() == window
