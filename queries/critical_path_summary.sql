@@ -20,4 +20,4 @@ select rank, step, category,
        any_value(window_end_ns - window_start_ns) / 1e6 as window_ms
 from critical_path
 group by rank, step, window_start_ns, category
-order by rank, window_start_ns, time_ms desc
+order by rank, window_start_ns, time_ms desc, category
