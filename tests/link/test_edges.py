@@ -11,6 +11,7 @@ import pytest
 
 import tracekit
 from tests.conftest import shared_trace
+from tests.support.invariants import ordering_edges
 from tracekit.link.edges import NESTING_KINDS, NESTING_RANK
 
 TRACES = [
@@ -89,16 +90,11 @@ def test_stream_edges_form_one_chain_per_stream(tables):
 
 
 def test_graph_is_acyclic(tables):
-    """All edge kinds together admit a topological order (checked by graphlib, independent of how edges were built).
-    A blocking copy's sync_inferred edge (its own op → the call) reverses its launch edge: the call's start precedes
-    the op and the op's end precedes the call's end, a cycle of events but not of their starts and ends; such an
-    edge is left out here, and counted."""
+    """All edge kinds together admit a topological order (checked by graphlib, independent of how edges were built),
+    less blocking copies' waits for their own op (ordering_edges)."""
     edges = tables.polars("edges")
     assert {"nest", "launch", "stream"} <= set(edges["kind"])
-    launches = edges.filter(pl.col("kind") == "launch").select("rank", src="dst", dst="src")
-    own_op_waits = edges.filter(pl.col("kind") == "sync_inferred").join(launches, on=["rank", "src", "dst"], how="semi")
-    assert set(own_op_waits["subkind"]) <= {"memcpy", "memset"}
-    edges = edges.join(own_op_waits, on=["rank", "src", "dst", "kind"], how="anti")
+    edges = ordering_edges(edges)
     predecessors: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for rank, src, dst in edges.select("rank", "src", "dst").iter_rows():
         predecessors.setdefault((rank, dst), []).append((rank, src))
