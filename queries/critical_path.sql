@@ -41,7 +41,8 @@
 --   HTA's path is shorter than the window while these segments add up to it exactly; like HTA's window, a step
 --   holds the GPU ops launched inside it even when they end after its CPU annotation (so consecutive steps'
 --   windows may overlap).
-with windows as materialized (select rank, window_id, step, start_ns, work_end_ns as end_ns from step_or_trace_windows())
+with windows as materialized (
+    select rank, window_id, step, start_ns, work_end_ns as end_ns from step_or_trace_windows())
 select p.rank, w.step, p.position, p.event_id, p.name, p.category, p.carried_by, p.inferred,
        p.start_ns, p.duration_ns / 1e3 as duration_us, p.end_ns, p.duration_ns, p.kind,
        w.start_ns as window_start_ns, w.end_ns as window_end_ns

@@ -14,7 +14,8 @@
 -- for all states with joins and window functions: the one that gated it, i.e. the candidate that became ready
 -- last.
 --   E of a CPU event: its last child (nest edges) or, for a host call that waited on the GPU (sync edges, recorded,
---     or sync_inferred where none was recorded, from a GPU op that ended while the call ran), that GPU op's E; ready at their ends; a tie goes to the GPU op. The time
+--     or sync_inferred where none was recorded, from a GPU op that ended while the call ran), that GPU op's E;
+--     ready at their ends; a tie goes to the GPU op. The time
 --     from the child's end is the event's own CPU time; from the GPU op's end it is sync_wait. With neither, S of
 --     the same event, and the whole event is CPU time.
 --   S of a CPU event: E of the previous sibling (the previous top-level event of its thread when it has no
@@ -24,10 +25,11 @@
 --     lib/categories), or memset.
 --   S of a GPU op: the latest-ready of E of the previous op on its stream (the gap is kernel_to_kernel_gap), E of
 --     its launch call (launch: call end to op start), E of a GPU op it waits on through a sync edge or a
---     stream_wait_inferred edge (sync_wait); ties prefer stream, then sync, then launch. A predecessor still running when the op started
---     (the launch call, or an overlapping op on the stream) is entered at its S instead, the time up to the op's
---     start being that predecessor's; such a launch call is ready at the op's start, or at its own start when it
---     went on to wait for the GPU (a blocking copy queues its op before it waits). Nothing: idle.
+--     stream_wait_inferred edge (sync_wait); ties prefer stream, then sync, then launch. A predecessor still
+--     running when the op started (the launch call, or an overlapping op on the stream) is entered at its S
+--     instead, the time up to the op's start being that predecessor's; such a launch call is ready at the op's
+--     start, or at its own start when it went on to wait for the GPU (a blocking copy queues its op before it
+--     waits). Nothing: idle.
 -- From the event that ends last inside the window (idle after it), the walk follows predecessors back to the
 -- window start or to a state with none. Its position is a cursor, the time up to which the window is explained:
 -- a step into a state at time t moves it to max(window start, min(cursor, t)) and covers what it passed, so the
@@ -119,7 +121,8 @@ create or replace macro critical_path_segments(windows) as table
         select rank, dst as id, arg_max(src, struct_pack(src_end, src)) as gpu_id,
                arg_max(kind = 'sync_inferred', struct_pack(src_end, src)) as inferred
         from cp_links
-        where kind in ('sync', 'sync_inferred') and src_on_gpu and not dst_on_gpu and src_end > dst_ts and src_end <= dst_end
+        where kind in ('sync', 'sync_inferred') and src_on_gpu and not dst_on_gpu
+          and src_end > dst_ts and src_end <= dst_end
         group by rank, dst
     ),
     -- Every state with its predecessor (next_id, next_at_end), the predecessor's time (= the lower end of the
@@ -187,9 +190,9 @@ create or replace macro critical_path_segments(windows) as table
         from cp_links
         where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
-        -- a launch call still running when its op started gated it at the op's start, unless the call then
-        -- waited for the GPU (a blocking copy): it had queued the op when it started waiting, at its start at the
-        -- latest the trace proves, so an op on the stream ending later gated the op instead
+        -- a launch call still running when its op started held the op back until then, unless the call went on
+        -- to wait for the GPU (a blocking copy): such a call queues its op and then waits, so it is ready from its
+        -- start, and an op still running on the stream then holds the copy back instead
         select l.rank, l.dst, l.src, 3,
                case when l.src_end <= l.dst_ts then l.src_end when w.id is not null then l.src_ts else l.dst_ts end,
                l.src_end <= l.dst_ts,

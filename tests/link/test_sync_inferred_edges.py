@@ -202,17 +202,19 @@ def test_inferred_edges_agree_with_the_recorded_ones(trace):
     recorded = (tables.polars("edges").filter(pl.col("kind") == "sync")
                 .join(calls, on="dst")
                 .join(events.rename({"id": "src", "end": "src_end"}).drop("ts"), on="src")
-                .with_columns(inside=(pl.col("src_end") > pl.col("call_ts")) & (pl.col("src_end") <= pl.col("call_end")))
+                .with_columns(inside=(pl.col("src_end") > pl.col("call_ts"))
+                              & (pl.col("src_end") <= pl.col("call_end")))
                 .group_by("dst").agg(blocked=pl.col("inside").any(),
                                      released_at=pl.col("src_end").filter(pl.col("inside")).max()))
-    alone = pl.from_arrow(inferred_edges(tables, recorded_first=False)).filter(pl.col("kind") == "sync_inferred").join(
-        events.rename({"id": "src", "end": "inferred_end"}).drop("ts"), on="src")
+    alone = (pl.from_arrow(inferred_edges(tables, recorded_first=False)).filter(pl.col("kind") == "sync_inferred")
+             .join(events.rename({"id": "src", "end": "inferred_end"}).drop("ts"), on="src"))
     compared = recorded.join(alone.select("dst", "inferred_end"), on="dst", how="left")
     blocked = compared.filter("blocked")
     assert blocked.height > 0
     assert (blocked["inferred_end"] == blocked["released_at"]).all()
     assert blocked["inferred_end"].null_count() == 0
-    assert compared.filter(~pl.col("blocked"))["inferred_end"].null_count() == compared.filter(~pl.col("blocked")).height
+    not_blocked = compared.filter(~pl.col("blocked"))
+    assert not_blocked["inferred_end"].null_count() == not_blocked.height
 
 
 NO_SYNC_TRACES = [

@@ -33,7 +33,8 @@ NESTING_RANK = {kind: i for i, kind in enumerate(NESTING_KINDS)}
 
 
 def build_edges(tables: TraceTables) -> TraceTables:
-    """Tables with `edges` filled (nest, launch, stream, sync, sync_inferred, stream_wait_inferred, flow) and what could not be linked in `diagnostics`."""
+    """Tables with `edges` filled (nest, launch, stream, sync, sync_inferred, stream_wait_inferred, flow) and what
+    could not be linked in `diagnostics`."""
     nest, nest_notes = nest_edges(tables.events)
     with tables.connect() as con:
         def result(name: str) -> pa.Table:
