@@ -23,7 +23,6 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
