@@ -1,10 +1,10 @@
--- question: Over all steps of a rank, how much of the critical path is CPU, launch overhead, GPU compute,
---   communication, copies, gaps, sync waits and idle?
+-- question: Over all steps of a rank, how much of the critical path is CPU, launch, GPU compute, communication,
+--   copies, memsets, gaps, sync waits and idle?
 -- inputs: critical_path
 -- columns:
 --   rank: rank
---   category: cpu, launch_overhead, gpu_compute, gpu_communication, gpu_memcpy, kernel_to_kernel_gap, sync_wait,
---     idle
+--   category: cpu, sync_wait, launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle (see
+--     critical_path)
 --   time_ms: ms, critical-path time in the category, all windows (steps) together
 --   percent: percent of the windows' total length (the categories of a rank add up to 100)
 --   segments: critical_path segments in the category

@@ -1,11 +1,11 @@
--- question: Per step (or whole trace), how much of the critical path is CPU, launch overhead, GPU compute,
---   communication, copies, gaps, sync waits and idle?
+-- question: Per step (or whole trace), how much of the critical path is CPU, launch, GPU compute, communication,
+--   copies, memsets, gaps, sync waits and idle?
 -- inputs: critical_path
 -- columns:
 --   rank: rank
 --   step: N of ProfilerStep#N (null: the whole trace of a rank without steps)
---   category: cpu, launch_overhead, gpu_compute, gpu_communication, gpu_memcpy, kernel_to_kernel_gap, sync_wait,
---     idle
+--   category: cpu, sync_wait, launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle (see
+--     critical_path)
 --   time_ms: ms, critical-path time in the category
 --   percent: percent of the window (the categories of a window add up to 100)
 --   segments: critical_path segments in the category
@@ -20,4 +20,4 @@ select rank, step, category,
        any_value(window_end_ns - window_start_ns) / 1e6 as window_ms
 from critical_path
 group by rank, step, window_start_ns, category
-order by rank, window_start_ns, time_ms desc
+order by rank, window_start_ns, time_ms desc, category

@@ -183,8 +183,11 @@ EDGES = Table(
         RANK,
         _col("src", I64, "", "Source id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
         _col("dst", I64, "", "Destination id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
-        _col("kind", STR, "", "nest, launch, stream, sync, flow, et_ctrl, et_data (see docs)."),
-        _col("subkind", STR, "", "Refinement: for sync the sync kind; for launch `graph` when one call ran many kernels."),
+        _col("kind", STR, "", "nest, launch, stream, sync, sync_inferred, stream_wait_inferred, flow, et_ctrl, et_data "
+             "(see `EDGE_KINDS`)."),
+        _col("subkind", STR, "", "Refinement: for sync the sync kind; for sync_inferred the class of blocking call "
+             "(stream_sync, device_sync, event_sync, memcpy, memset, launch_queue, allocator); for "
+             "stream_wait_inferred `cross_stream`; for launch `graph` when one call ran many kernels."),
         _col("lag", I64, "ns", "dst.ts − src end for launch/stream/sync/flow edges (launch delay, stream gap, wait; "
              "negative when a waiting call started before the awaited op ended)."),
     ),
@@ -264,6 +267,23 @@ KINDS = {
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 
+EDGE_KINDS = {
+    "nest": "Parent → child event on one thread, by time containment.",
+    "launch": "Runtime/driver call → the GPU op it launched (same correlation).",
+    "stream": "GPU op → the next GPU op on its (device, stream).",
+    "sync": "Recorded by a `cuda_sync` event: the GPU op waited for → the host call that waited (Event, Stream, "
+            "Context Sync) or the next GPU op on the waiting stream (Stream Wait Event).",
+    "sync_inferred": "Inferred where no `cuda_sync` event covers the call: the GPU op waited for → the blocking host "
+                     "call that waited (it returned at most 25 µs after the op, which ended inside it); subkind the "
+                     "class of call. Recorded sync edges take precedence (docs/critical_path.md).",
+    "stream_wait_inferred": "Inferred: a GPU op on another stream → a GPU op that started just after it ended (at "
+                            "most 25 µs), over 25 µs after its own stream and launch released it (an unrecorded "
+                            "cross-stream event wait; docs/critical_path.md).",
+    "flow": "Forward op → backward op, from `fwdbwd` flow endpoints.",
+    "et_ctrl": "Execution Trace parent → child node.",
+    "et_data": "Execution Trace node that wrote a tensor → a node that read it.",
+}
+
 
 # The version of these tables as written to a Parquet dataset (`tracekit ingest`): readers elsewhere rely on it.
 # Any change to a table or column name or type must add a version here with the new fingerprint (a test checks),
@@ -309,5 +329,7 @@ def markdown() -> str:
         lines.append("")
     lines += ["## Event kinds", "", "| kind | meaning |", "|---|---|"]
     lines += [f"| `{k}` | {v} |" for k, v in KINDS.items()]
+    lines += ["", "## Edge kinds", "", "| kind | meaning |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in EDGE_KINDS.items()]
     lines.append("")
     return "\n".join(lines)

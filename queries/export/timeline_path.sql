@@ -11,9 +11,9 @@
 select pid, tid,
        '"ph":"X","cat":"critical_path","name":' || to_json(category)
        || ',"cname":' || to_json(case category
-              when 'gpu_compute' then 'thread_state_running' when 'gpu_communication' then 'rail_animation'
-              when 'gpu_memcpy' then 'rail_load' when 'cpu' then 'thread_state_runnable'
-              when 'launch_overhead' then 'thread_state_iowait' when 'kernel_to_kernel_gap' then 'bad'
+              when 'compute' then 'thread_state_running' when 'communication' then 'rail_animation'
+              when 'memcpy' then 'rail_load' when 'memset' then 'rail_load' when 'cpu' then 'thread_state_runnable'
+              when 'launch' then 'thread_state_iowait' when 'kernel_to_kernel_gap' then 'bad'
               when 'sync_wait' then 'terrible' else 'grey' end)
        || ',"ts":' || format('{}.{:03d}', (start_ns - $base) // 1000, (start_ns - $base) % 1000)
        || ',"dur":' || format('{}.{:03d}', duration_ns // 1000, duration_ns % 1000)

@@ -4,26 +4,32 @@
 -- macros:
 --   critical_path_segments(windows): for each window of the relation named `windows` (rank, window_id,
 --     start_ns, end_ns), the chain of events that bounds it, as segments that tile the window exactly:
---     rank, window_id, position (1 = earliest), event_id (null: no event), kind, name, category, start_ns,
---     end_ns, duration_ns.
+--     rank, window_id, position (1 = earliest), event_id (null: no event), kind, name, category (cpu, sync_wait,
+--     launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle), carried_by (cpu or gpu: where
+--     the event that owns the segment ran; null for idle), inferred (true: a wait after the GPU op an inferred
+--     edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns, duration_ns.
 -- notes:
 -- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
 -- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
 -- for all states with joins and window functions: the one that gated it, i.e. the candidate that became ready
 -- last.
---   E of a CPU event: its last child (nest edges) or, for a host call that waited on the GPU (sync edges from a GPU
---     op that ended while the call ran), that GPU op's E; ready at their ends; a tie goes to the GPU op. The time
+--   E of a CPU event: its last child (nest edges) or, for a host call that waited on the GPU (sync edges, recorded,
+--     or sync_inferred where none was recorded, from a GPU op that ended while the call ran), that GPU op's E;
+--     ready at their ends; a tie goes to the GPU op. The time
 --     from the child's end is the event's own CPU time; from the GPU op's end it is sync_wait. With neither, S of
 --     the same event, and the whole event is CPU time.
 --   S of a CPU event: E of the previous sibling (the previous top-level event of its thread when it has no
 --     parent): the time between is the parent's own CPU time (no event when top-level); else S of the parent
 --     (the parent's CPU time before its first child); else nothing (idle back to the window start).
---   E of a GPU op: its S; the op's duration is gpu_compute, gpu_communication (communication kernels) or gpu_memcpy.
+--   E of a GPU op: its S; the op's duration is compute, communication or memcpy (gpu_timeline_category of
+--     lib/categories), or memset.
 --   S of a GPU op: the latest-ready of E of the previous op on its stream (the gap is kernel_to_kernel_gap), E of
---     its launch call (launch_overhead: call end to op start), E of a GPU op it waits on through a sync edge
---     (sync_wait); ties prefer stream, then sync, then launch. A predecessor still running when the op started
---     (the launch call, or an overlapping op on the stream) is entered at its S instead, the time up to the op's
---     start being that predecessor's. Nothing: idle.
+--     its launch call (launch: call end to op start), E of a GPU op it waits on through a sync edge or a
+--     stream_wait_inferred edge (sync_wait); ties prefer stream, then sync, then launch. A predecessor still
+--     running when the op started (the launch call, or an overlapping op on the stream) is entered at its S
+--     instead, the time up to the op's start being that predecessor's; such a launch call is ready at the op's
+--     start, or at its own start when it went on to wait for the GPU (a blocking copy queues its op before it
+--     waits). Nothing: idle.
 -- From the event that ends last inside the window (idle after it), the walk follows predecessors back to the
 -- window start or to a state with none. Its position is a cursor, the time up to which the window is explained:
 -- a step into a state at time t moves it to max(window start, min(cursor, t)) and covers what it passed, so the
@@ -47,13 +53,11 @@ create or replace macro critical_path_segments(windows) as table
     cp_events as materialized (
         select rank, id, kind, name, pid, tid, device, stream, ts, ts + coalesce(dur, 0) as end_ns,
                kind in ('kernel', 'memcpy', 'memset') as on_gpu,
-               case when kind in ('kernel', 'memcpy', 'memset') then
-                   case gpu_timeline_category(name, kind)
-                       when 'communication' then 'gpu_communication'
-                       when 'memcpy' then 'gpu_memcpy'
-                       else 'gpu_compute'
-                   end
-               else 'cpu' end as category
+               case when kind = 'memset' then 'memset'
+                    when kind in ('kernel', 'memcpy') then
+                        case gpu_timeline_category(name, kind) when 'computation' then 'compute'
+                                                               else gpu_timeline_category(name, kind) end
+                    else 'cpu' end as category
         from events
         where ts is not null
           and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
@@ -105,18 +109,20 @@ create or replace macro critical_path_segments(windows) as table
         select x.rank, x.kind, x.src, x.dst, g.ts as dst_ts, g.end_ns as dst_end, g.on_gpu as dst_on_gpu
         from edges x
         join cp_events g on g.rank = x.rank and g.id = x.dst
-        where x.kind in ('launch', 'stream', 'sync')
+        where x.kind in ('launch', 'stream', 'sync', 'sync_inferred', 'stream_wait_inferred')
     ),
     cp_links as materialized (
         select l.*, p.ts as src_ts, p.end_ns as src_end, p.on_gpu as src_on_gpu, p.category as src_category
         from cp_link_dst l
         join cp_events p on p.rank = l.rank and p.id = l.src
     ),
-    -- GPU ops a host call waited for: the latest to end while the call ran
-    cp_host_waits as (
-        select rank, dst as id, arg_max(src, struct_pack(src_end, src)) as gpu_id
+    -- GPU ops a host call waited for (recorded or inferred sync edges): the latest to end while the call ran
+    cp_host_waits as materialized (
+        select rank, dst as id, arg_max(src, struct_pack(src_end, src)) as gpu_id,
+               arg_max(kind = 'sync_inferred', struct_pack(src_end, src)) as inferred
         from cp_links
-        where kind = 'sync' and src_on_gpu and not dst_on_gpu and src_end > dst_ts and src_end <= dst_end
+        where kind in ('sync', 'sync_inferred') and src_on_gpu and not dst_on_gpu
+          and src_end > dst_ts and src_end <= dst_end
         group by rank, dst
     ),
     -- Every state with its predecessor (next_id, next_at_end), the predecessor's time (= the lower end of the
@@ -129,10 +135,11 @@ create or replace macro critical_path_segments(windows) as table
                e.waited or e.child is not null as next_at_end,
                case when e.waited then e.gpu_end when e.child is not null then e.child_end else e.ts end as lower_ns,
                e.id as segment_event,
-               case when e.waited then 'sync_wait' else 'cpu' end as category,
+               case when e.waited then 'sync_wait' else 'cpu' end as category, e.waited and e.inferred as inferred,
                e.end_ns as tau, o.lane, d.last_pre as k1, 1 as k2, -o.pre as k3
         from (
-            select e.rank, e.id, e.ts, e.end_ns, c.child, ch.end_ns as child_end, w.gpu_id, g.end_ns as gpu_end,
+            select e.rank, e.id, e.ts, e.end_ns, c.child, ch.end_ns as child_end, w.gpu_id, w.inferred,
+                   g.end_ns as gpu_end,
                    w.gpu_id is not null and (c.child is null or g.end_ns >= ch.end_ns) as waited
             from cp_events e
             left join cp_last_child c on c.rank = e.rank and c.id = e.id
@@ -151,6 +158,7 @@ create or replace macro critical_path_segments(windows) as table
                case when s.prev_sibling is not null then b.end_ns else p.ts end as lower_ns,
                s.parent as segment_event,
                case when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
+               false as inferred,
                s.ts as tau, s.lane, s.pre as k1, 0 as k2, 0 as k3
         from cp_cpu s
         left join cp_events b on b.rank = s.rank and b.id = s.prev_sibling
@@ -163,7 +171,7 @@ create or replace macro critical_path_segments(windows) as table
     ),
     cp_gpu_end as (
         select rank, id, true as at_end, id as next_id, false as next_at_end, ts as lower_ns, id as segment_event,
-               category, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
+               category, false as inferred, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
         from cp_gpu
     ),
     -- what a GPU op's start may wait for; ready = when it let the op go
@@ -173,26 +181,32 @@ create or replace macro critical_path_segments(windows) as table
                src_end <= dst_ts as pred_at_end,
                case when src_end <= dst_ts then src_end else src_ts end as lower_ns,
                case when src_end <= dst_ts then dst else src end as segment_event,
-               case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category
+               case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category,
+               false as inferred
         from cp_links
         where kind = 'stream' and src_ts <= dst_ts
         union all
-        select rank, dst, src, 2, src_end, true, src_end, dst, 'sync_wait'
+        select rank, dst, src, 2, src_end, true, src_end, dst, 'sync_wait', kind = 'stream_wait_inferred'
         from cp_links
-        where kind = 'sync' and dst_on_gpu and src_on_gpu and src_end <= dst_ts
+        where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
-        select rank, dst, src, 3,
-               case when src_end <= dst_ts then src_end else dst_ts end,
-               src_end <= dst_ts,
-               case when src_end <= dst_ts then src_end else src_ts end,
-               case when src_end <= dst_ts then dst else src end,
-               case when src_end <= dst_ts then 'launch_overhead' else 'cpu' end
-        from cp_links
-        where kind = 'launch' and src_ts <= dst_ts
+        -- a launch call still running when its op started held the op back until then, unless the call went on
+        -- to wait for the GPU (a blocking copy): such a call queues its op and then waits, so it is ready from its
+        -- start, and an op still running on the stream then holds the copy back instead
+        select l.rank, l.dst, l.src, 3,
+               case when l.src_end <= l.dst_ts then l.src_end when w.id is not null then l.src_ts else l.dst_ts end,
+               l.src_end <= l.dst_ts,
+               case when l.src_end <= l.dst_ts then l.src_end else l.src_ts end,
+               case when l.src_end <= l.dst_ts then l.dst else l.src end,
+               case when l.src_end <= l.dst_ts then 'launch' else 'cpu' end,
+               false
+        from cp_links l
+        left join cp_host_waits w on w.rank = l.rank and w.id = l.src
+        where l.kind = 'launch' and l.src_ts <= l.dst_ts
     ),
     cp_gpu_start as (
         select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end, c.lower_ns,
-               c.segment_event, coalesce(c.category, 'idle') as category,
+               c.segment_event, coalesce(c.category, 'idle') as category, coalesce(c.inferred, false) as inferred,
                g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3
         from cp_gpu g
         left join (
@@ -203,7 +217,7 @@ create or replace macro critical_path_segments(windows) as table
     -- states as integers: 2 * event id for the start, 2 * event id + 1 for the end
     cp_states as materialized (
         select rank, 2 * id + at_end::int as state, 2 * next_id + next_at_end::int as next_state, lower_ns,
-               segment_event, category, tau, lane, k1, k2, k3
+               segment_event, category, inferred, tau, lane, k1, k2, k3
         from (
             select * from cp_cpu_end
             union all select * from cp_cpu_start
@@ -291,7 +305,7 @@ create or replace macro critical_path_segments(windows) as table
         where w.cursor > w.window_start
     ),
     cp_cursors as (
-        select p.rank, p.window_id, p.window_start, p.iteration, p.pos, s.segment_event, s.category,
+        select p.rank, p.window_id, p.window_start, p.iteration, p.pos, s.segment_event, s.category, s.inferred,
                greatest(p.window_start, min(s.tau) over walk_order) as cursor
         from cp_path p
         join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
@@ -299,20 +313,22 @@ create or replace macro critical_path_segments(windows) as table
                               rows between unbounded preceding and current row)
     ),
     cp_segments as (
-        select rank, window_id, segment_event, category,
+        select rank, window_id, segment_event, category, inferred,
                coalesce(lead(cursor) over (partition by rank, window_id order by iteration, pos desc), window_start)
                    as start_ns,
                cursor as end_ns
         from cp_cursors
         union all
         -- after the last event of the window (or all of a window without events)
-        select rank, window_id, null, 'idle', coalesce(first_end, window_start), window_end
+        select rank, window_id, null, 'idle', false, coalesce(first_end, window_start), window_end
         from cp_starts
     )
     select s.rank, s.window_id,
            row_number() over (partition by s.rank, s.window_id order by s.start_ns, s.end_ns) as position,
-           s.segment_event as event_id, e.kind, e.name, s.category, s.start_ns, s.end_ns,
-           s.end_ns - s.start_ns as duration_ns
+           s.segment_event as event_id, e.kind, e.name, s.category,
+           case when s.category = 'idle' then null when e.on_gpu then 'gpu' else 'cpu' end as carried_by,
+           s.inferred,
+           s.start_ns, s.end_ns, s.end_ns - s.start_ns as duration_ns
     from cp_segments s
     left join cp_events e on e.rank = s.rank and e.id = s.segment_event
     where s.end_ns > s.start_ns;

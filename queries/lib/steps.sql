@@ -10,9 +10,10 @@
 --     else null. Where a rank has two CPU annotations of one step name, the step is the user_annotation, then
 --     the longest.
 --   step_breakdown(): step_windows() with the GPU time inside each CPU step window (gpu_time_in_windows), in ns.
---   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns: the CPU step windows of ranks with steps
---     (window_id = step); for a rank without steps one window (window_id -1, step null) from the first start to
---     the last end of its CPU events and GPU ops.
+--   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns, work_end_ns: the CPU step windows of ranks
+--     with steps (window_id = step), work_end_ns the end of the step's last work (the CPU step's end or, when later,
+--     the end of its GPU window); for a rank without steps one window (window_id -1, step null) from the first start
+--     to the last end of its CPU events and GPU ops (work_end_ns = end_ns).
 --   step_members(): the step of every event that belongs to one (rank, id, step): what a step's events are (see
 --     the comment above its definition).
 --   step_events(of_step): the events of step N on every rank that has it (step_members()): rank, id.
@@ -146,10 +147,12 @@ select rank, step, name, start_ns, end_ns,
 from step_breakdown();
 
 create or replace macro step_or_trace_windows() as table
-    with sw_steps as materialized (select rank, step, start_ns, end_ns from step_windows())
-    select rank, step as window_id, step, start_ns, end_ns from sw_steps
+    with sw_steps as materialized (
+        select rank, step, start_ns, end_ns, greatest(end_ns, coalesce(gpu_end_ns, end_ns)) as work_end_ns
+        from step_windows())
+    select rank, step as window_id, step, start_ns, end_ns, work_end_ns from sw_steps
     union all
-    select rank, -1, null, min(ts), max(ts + coalesce(dur, 0))
+    select rank, -1, null, min(ts), max(ts + coalesce(dur, 0)), max(ts + coalesce(dur, 0))
     from events
     where ts is not null
       and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead', 'kernel', 'memcpy',

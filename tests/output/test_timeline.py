@@ -106,6 +106,17 @@ def test_real_single_rank(trace, tmp_path):
     same_events(tables, load([out]))
 
 
+def test_overlapping_steps_get_critical_path_tracks_of_their_own(tmp_path):
+    """A step's critical path runs until its last GPU work ends, into the next step's CPU time (ResNet50 V100: every
+    step by 9-16 ms): the windows go on separate tracks, so no two path slices overlap on one (check_file)."""
+    tables = load([shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz")])
+    out = tmp_path / "t.json.gz"
+    write_timeline(tables, out)
+    doc = check_file(read(out))
+    path_tracks = [name for name in doc["names"].values() if "critical path" in name]
+    assert "rank 0 · critical path · 2" in path_tracks
+
+
 def test_dlrm_one_step(tmp_path):
     tables = load([shared_trace("multirank/dlrm_8ranks_v100")])
     out = tmp_path / "t.json.gz"

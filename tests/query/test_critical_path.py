@@ -7,16 +7,20 @@ import gzip
 import json
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import tracekit
 from tests.conftest import shared_trace
 from tracekit import synth
 from tracekit.engine import catalog
+from tracekit.link.edges import inferred_edges
 from tracekit.query import analyses
 
-CATEGORIES = {"cpu", "launch_overhead", "gpu_compute", "gpu_communication", "gpu_memcpy", "kernel_to_kernel_gap",
-              "sync_wait", "idle"}
+CATEGORIES = {"cpu", "launch", "compute", "communication", "memcpy", "memset", "kernel_to_kernel_gap", "sync_wait",
+              "idle"}
+GPU_CATEGORIES = {"compute", "communication", "memcpy", "memset"}
 TRACES = [
     "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",  # 5 steps, CUDA graphs, zero-length duplicate runtime rows
     "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
@@ -31,11 +35,6 @@ ALEXNET_WINDOW = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
 @pytest.fixture(scope="module", params=TRACES)
 def tables(request):
     return tracekit.load(shared_trace(request.param))
-
-
-def require_sync_edges(tables):
-    if tables.polars("edges").filter(pl.col("kind") == "sync").height == 0:
-        pytest.skip("no sync edges in this build (tracekit.edges does not build them yet)")
 
 
 def test_segments_tile_each_window_exactly(tables):
@@ -53,14 +52,15 @@ def test_segments_tile_each_window_exactly(tables):
 
 def test_segments_lie_inside_the_events_that_own_them(tables):
     path = analyses.run(tables, "critical_path").filter(
-        pl.col("category").is_in(["cpu", "gpu_compute", "gpu_communication", "gpu_memcpy"])
+        pl.col("category").is_in(["cpu", *GPU_CATEGORIES])
         & pl.col("event_id").is_not_null())
     events = tables.polars("events").select("rank", "id", "kind", "ts", end=pl.col("ts") + pl.col("dur").fill_null(0))
     owned = path.join(events, left_on=["rank", "event_id"], right_on=["rank", "id"])
     assert owned.height == path.height
     assert ((owned["start_ns"] >= owned["ts"]) & (owned["end_ns"] <= owned["end"])).all()
     on_gpu = owned["kind"].is_in(["kernel", "memcpy", "memset"])
-    assert (on_gpu == owned["category"].str.starts_with("gpu_")).all()
+    assert (on_gpu == owned["category"].is_in(GPU_CATEGORIES)).all()
+    assert (on_gpu == (owned["carried_by"] == "gpu")).all()
 
 
 def test_summary_adds_up_to_each_window(tables):
@@ -107,16 +107,27 @@ def hta_comparable(path: pl.DataFrame) -> dict[str, float]:
     total = weighted["duration_ns"].sum()
     share = weighted.group_by("category").agg(pl.col("duration_ns").sum())
     percent = {c: 100.0 * ns / total for c, ns in share.iter_rows()}
-    return {"length_us": total / 1e3, "cpu": percent.get("cpu", 0.0), "gpu_compute": percent.get("gpu_compute", 0.0)}
+    return {"length_us": total / 1e3, "cpu": percent.get("cpu", 0.0), "gpu_compute": percent.get("compute", 0.0)}
 
 
+def as_if_no_sync_events(tables):
+    """TABLES with the edges the recorded cuda_sync events gave replaced by those inferred without them."""
+    kept = tables.edges.filter(pc.invert(pc.is_in(tables.edges["kind"], pa.array(
+        ["sync", "sync_inferred", "stream_wait_inferred"]))))
+    return tables.with_tables(edges=pa.concat_tables([kept, inferred_edges(tables, recorded_first=False)]))
+
+
+@pytest.mark.parametrize("edges", ["recorded", "inferred"])
 @pytest.mark.parametrize("trace, length_us, cpu, gpu_compute", [
     ("nvidia/a100_alexnet_cuda_sync.json.gz", 35_834, 89.42, 10.36),
     ("nvidia/a100_simple_add_cuda_sync.json.gz", 241_724, 99.78, None),
 ])
-def test_hta_reference_values(trace, length_us, cpu, gpu_compute):
+def test_hta_reference_values(trace, length_us, cpu, gpu_compute, edges):
+    """HTA's numbers need the cuda_sync events; with them removed, the inferred edges must give the same."""
     tables = tracekit.load(shared_trace(trace))
-    require_sync_edges(tables)
+    if edges == "inferred":
+        tables = as_if_no_sync_events(tables)
+        assert tables.polars("edges").filter(pl.col("kind") == "sync_inferred").height > 0
     path = hta_window_path(tables, ALEXNET_WINDOW, 1)
     window = path["end_ns"].max() - path["start_ns"].min()
     assert path["duration_ns"].sum() == window
@@ -133,7 +144,6 @@ def test_same_events_as_hta_on_the_whole_simple_add_trace():
     """HTA's overlaid output marks its critical events with args.critical = 1, at their positions in traceEvents
     (= events.id). HTA does not put user annotations in its graph, so they are compared without them."""
     tables = tracekit.load(shared_trace("nvidia/a100_simple_add_cuda_sync.json.gz"))
-    require_sync_edges(tables)
     overlaid = shared_trace("oracles/hta_critical_path_simple_add_overlaid.json.gz")
     oracle = json.loads(gzip.decompress(overlaid.read_bytes()))
     hta = {i for i, e in enumerate(oracle["traceEvents"]) if e.get("ph") == "X" and e.get("args", {}).get("critical")}
@@ -151,7 +161,6 @@ def test_synth_blocking_sync_waits_for_the_gpu_op_that_released_it(tmp_path):
     synth.generate(tmp_path, ranks=2, steps=3, seed=11)
     truth = synth.read_ground_truth(tmp_path)
     tables = tracekit.load(sorted(tmp_path.glob("rank*.json")))
-    require_sync_edges(tables)
     path = analyses.run(tables, "critical_path")
     events = tables.polars("events").select("rank", "id", "kind", "correlation")
     for rank_truth in truth["ranks"]:

@@ -6,6 +6,10 @@ Kinds built here:
 - stream: GPU op → the next GPU op on the same (rank, device, stream);
 - sync: GPU op a `cuda_sync` event waited for → the host call that waited (Event Sync, Stream Sync, Context Sync) or
   the next GPU op on the waiting stream (Stream Wait Event);
+- sync_inferred: GPU op → the blocking host call that waited for it, where no sync event covers the call: inferred
+  from the call's class and its end just after the op's (queries/link/sync_inferred_edges.sql, docs/critical_path.md);
+- stream_wait_inferred: GPU op → a GPU op on another stream that started just after it ended, late for its own stream
+  and launch (an unrecorded cross-stream event wait; queries/link/stream_wait_inferred_edges.sql);
 - flow: forward op → backward op, from `fwdbwd` flow endpoints bound to the cpu_op they sit on.
 
 Every join key includes rank, so merged multi-rank input (whose correlation ids restart per rank) cannot cross-link.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit import schema
 from tracekit.engine import catalog
@@ -28,7 +33,8 @@ NESTING_RANK = {kind: i for i, kind in enumerate(NESTING_KINDS)}
 
 
 def build_edges(tables: TraceTables) -> TraceTables:
-    """Tables with `edges` filled (nest, launch, stream, sync, flow) and what could not be linked in `diagnostics`."""
+    """Tables with `edges` filled (nest, launch, stream, sync, sync_inferred, stream_wait_inferred, flow) and what
+    could not be linked in `diagnostics`."""
     nest, nest_notes = nest_edges(tables.events)
     with tables.connect() as con:
         def result(name: str) -> pa.Table:
@@ -46,13 +52,29 @@ def build_edges(tables: TraceTables) -> TraceTables:
         result("sync_edges")
         sync = con.sql("select distinct on (rank, src, dst) * from sync_edges").to_arrow_table()
         sync_notes = result("unresolved_syncs")
+        sync_inferred = result("sync_inferred_edges")
+        stream_wait_inferred = result("stream_wait_inferred_edges")
         result("flow_bindings")
         flow = result("flow_edges")
         flow_notes = result("unbound_flows")
-    edges = pa.concat_tables([schema.conform("edges", t) for t in (nest, launch, stream, sync, flow)])
+    edges = pa.concat_tables([schema.conform("edges", t) for t in (nest, launch, stream, sync, sync_inferred,
+                                                                    stream_wait_inferred, flow)])
     notes = pa.concat_tables([tables.diagnostics] + [schema.conform("diagnostics", t)
                                                      for t in (nest_notes, launch_notes, sync_notes, flow_notes)])
     return tables.with_tables(edges=edges, diagnostics=notes)
+
+
+def inferred_edges(tables: TraceTables, recorded_first: bool = True) -> pa.Table:
+    """The sync_inferred and stream_wait_inferred passes over TABLES (edges built): with recorded_first false, as if
+    the trace had no sync events (what the agreement study compares with the recorded edges)."""
+    kinds = tables.edges["kind"]
+    with tables.connect() as con:
+        for kind in ("launch", "stream"):
+            con.register(f"{kind}_edges", tables.edges.filter(pc.equal(kinds, kind)))
+        con.register("sync_edges", tables.edges.filter(pc.equal(kinds, "sync")) if recorded_first
+                     else schema.empty("edges"))
+        return pa.concat_tables([schema.conform("edges", con.sql(catalog.ready(con, f"link/{name}")).to_arrow_table())
+                                 for name in ("sync_inferred_edges", "stream_wait_inferred_edges")])
 
 
 def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -101,10 +101,19 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
         slices = slices.join(tracks.select("pid", "track_key", "lane", "tid"), on=["pid", "track_key", "lane"])
         con.register("timeline_slices", slices.select("rank", "id", "pid", "tid", "ts", "end_ns").to_arrow())
         if critical_path:
+            # a step's window runs until its last GPU work ends, so windows may overlap: each on the first
+            # track free at its start
+            windows = (path_rows.select("rank", "window_start_ns", "window_end_ns").unique()
+                       .sort("rank", "window_start_ns", pl.col("window_end_ns"), descending=[False, False, True]))
+            window_lanes = []
+            for _, group in windows.group_by("rank", maintain_order=True):
+                window_lanes += sub_track_of([(ts, end, False) for ts, end in
+                                              zip(group["window_start_ns"], group["window_end_ns"])])
+            windows = windows.with_columns(tid=pl.Series(window_lanes, dtype=pl.Int64) + 1)
             path_rows = path_rows.join(
                 processes.select(pl.col("process"), pl.col("pid")),
                 left_on=pl.format("rank {} · critical path", "rank"), right_on="process", how="left"
-            ).with_columns(tid=pl.lit(1, pl.Int64))
+            ).join(windows, on=["rank", "window_start_ns", "window_end_ns"])
             con.register("timeline_path", path_rows.to_arrow())
         else:
             con.register("timeline_path", pa.table({"rank": pa.array([], pa.int32()), "step": pa.array([], pa.int64()),
@@ -123,9 +132,9 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
             yield metadata_event("thread_name", pid, track + suffix + (f" · {lane + 1}" if lane else ""), tid)
             yield metadata_event("thread_sort_index", pid, tid, tid)
         if critical_path:
-            for pid, process in processes.filter(pl.col("process").str.ends_with("critical path"))\
-                    .select("pid", "process").iter_rows():
-                yield metadata_event("thread_name", pid, process + suffix, 1)
+            for pid, process, tid in (path_rows.select("pid", "tid").unique().join(processes, on="pid")
+                                      .sort("pid", "tid").select("pid", "process", "tid").iter_rows()):
+                yield metadata_event("thread_name", pid, process + suffix + (f" · {tid}" if tid > 1 else ""), tid)
         for pid, tid, body in slices.select("pid", "tid", "body").iter_rows():
             yield f'{{"pid":{pid},"tid":{tid},{body}}}'
         if path_slices is not None:
