@@ -18,13 +18,15 @@ import polars as pl
 
 from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
-from tracekit.errors import InputError
+from tracekit.errors import InputError, closest_names
 from tracekit.output.timeline import write_timeline
 from tracekit.query.analyses import run as run_analysis
 from tracekit.replay.graph import build, inside_selection
 from tracekit.replay.solve import solve
 
 SELECTORS = ("kernel", "op", "category", "cpu")
+WHAT = {"kernel": "names of GPU ops", "op": "names of cpu_ops, annotations and Python functions",
+        "cpu": "names of host events", "category": "GPU timeline and op categories"}
 BREAKDOWN = ("busy_ms", "idle_ms", "computation_ms", "communication_ms", "exposed_communication_ms", "memcpy_ms")
 
 
@@ -78,6 +80,11 @@ def replayed_events(tables: TraceTables, scale=None, remove=None,
         selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
                                           params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
                     .with_columns(factor=pl.lit(f)) for s, f in factors]
+        for (selector, _), frame in zip(factors, selected):
+            if frame.is_empty():
+                names = con.sql(catalog.ready(con, "replay/selector_names"), params={"selector": selector.kind})
+                raise InputError(f"selector {selector} matches nothing in the input ({WHAT[selector.kind]}); "
+                                 f"closest names: {closest_names(selector.pattern, names.pl()['name'].drop_nulls())}")
     keys = nodes.select("rank", "id", "row")
     nodes = nodes.join(keys.rename({"id": "parent", "row": "parent_row"}), on=["rank", "parent"], how="left",
                        maintain_order="left").with_columns(pl.col("parent_row").fill_null(-1).cast(pl.Int64))
