@@ -103,7 +103,8 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     c = constraints
     src, dst = c["src_row"].to_numpy(), c["dst_row"].to_numpy()
     kind, lag, dst_dur = c["kind"].to_numpy(), c["lag"].to_numpy(), c["dst_dur"].to_numpy()
-    launch, sync, flow = kind == "launch", kind == "sync", kind == "flow"
+    from_start = kind == "launch_start"
+    launch, sync, flow = (kind == "launch") | from_start, kind == "sync", kind == "flow"
     # A flow lands on the backward op; the thread waited at the outermost event it entered together with it.
     dst = np.where(flow, flow_entry_rows(parent_row, h_point, h_segment)[dst], dst)
     lag = np.where(flow, ts[dst] - end[src], lag)
@@ -120,8 +121,8 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     chain_binds = chain_gap <= cross_best
     binding = into_start & (lag <= np.minimum(chain_gap, cross_best)[dst])
 
-    latency = rank_median_latency(c["rank"].to_numpy(), lag, launch & binding)
-    weight = np.where(binding, lag, np.where(launch, np.minimum(lag, latency), np.minimum(lag, 0)))
+    latency = rank_median_latency(c["rank"].to_numpy(), lag, launch & ~from_start & binding)
+    weight = np.where(binding, lag, np.where(launch & ~from_start, np.minimum(lag, latency), np.minimum(lag, 0)))
     # A sync call ends no earlier than the op it waited for plus the time it took to return (measured); of its own
     # duration it keeps the part it did not spend waiting. A call that waited for several ops (a device sync: the
     # last op of each stream) waited for the one that ended last (smallest lag); it returns no earlier than the
@@ -134,10 +135,11 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     np.maximum.at(waited, dst[sync], np.clip(dst_dur[sync] - lag[sync], 0, dst_dur[sync]))
 
     # Host deltas: scaled by the innermost open event's factor; a start whose cross constraint binds does not also
-    # wait out its thread's gap; a sync call's own time excludes its wait.
+    # wait out its thread's gap; a sync call's own time excludes its wait (taken from the piece before its end, its
+    # own: the whole call for a leaf).
     host_scale = host_factor
     h_event = h_point // 2
-    h_delta = h_delta - np.where(previous_is_own_start(h_point), waited[h_event], 0)
+    h_delta = h_delta - np.where(h_start, 0, np.minimum(waited[h_event], h_delta))
     h_delta = np.where(h_start & ~chain_binds[h_event], np.minimum(h_delta, 0), h_delta)
     scale = np.where(h_owner >= 0, host_scale[np.maximum(h_owner, 0)], 1.0)
     h_delta = np.round(h_delta * scale).astype(np.int64)
@@ -173,15 +175,10 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
                     segment=np.concatenate([segment, first_arrival_segment + np.arange(len(arrivals))]),
                     delta=np.concatenate([delta, np.zeros(len(arrivals), np.int64)]),
                     anchor=np.concatenate([anchor, np.full(len(arrivals), NEVER, dtype=np.int64)]))
-    cons = Constraints(src=np.concatenate([2 * src + 1, 2 * c_rows, arrivals[c_instance]]),
+    cons = Constraints(src=np.concatenate([2 * src + ~from_start, 2 * c_rows, arrivals[c_instance]]),
                        dst=np.concatenate([2 * dst + sync.astype(np.int64), arrivals[c_instance], 2 * c_rows + 1]),
                        weight=np.concatenate([weight.astype(np.int64), np.zeros(len(c_rows), np.int64), transfer]))
     return chains, cons, np.concatenate([measured, arrival_time])
-
-
-def previous_is_own_start(points: np.ndarray) -> np.ndarray:
-    """True where a chain position is an end point right after its own event's start (a leaf)."""
-    return np.r_[False, (points[1:] % 2 == 1) & (points[:-1] == points[1:] - 1)]
 
 
 def flow_entry_rows(parent_row: np.ndarray, h_point: np.ndarray, h_segment: np.ndarray) -> np.ndarray:
