@@ -75,7 +75,12 @@ def replayed_events(tables: TraceTables, scale=None, remove=None,
     factors = as_factors(scale, remove)
     with nullcontext(con) if con is not None else catalog.connect(tables) as con:
         nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
-        constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
+        waits = con.sql(catalog.ready(con, "replay/thread_waits")).pl()
+        constraints = pl.concat([
+            con.sql(catalog.ready(con, "replay/constraints")).pl()
+            .with_columns(src_end=pl.col("kind") != "launch_start", dst_end=pl.col("kind") == "sync"),
+            waits.with_columns(kind=pl.lit("wake"), dst_ts=pl.lit(None, pl.Int64), dst_dur=pl.lit(0, pl.Int64),
+                               inferred=pl.lit(True))], how="diagonal_relaxed")
         collectives = con.sql(catalog.ready(con, "replay/collectives")).pl()
         selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
                                           params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
