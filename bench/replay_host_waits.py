@@ -54,7 +54,7 @@ select w.rank, w.step, (max(e.ts + coalesce(e.dur, 0)) - any_value(w.end_ns)) / 
        (max(e.ts + coalesce(e.dur, 0)) filter (where e.kind not in ('kernel', 'memcpy', 'memset'))
         - any_value(w.end_ns)) / 1e6 as host_overhang_ms
 from step_members() m
-join events e on e.rank = m.rank and e.id = m.id
+join events e on e.rank = m.rank and e.id = m.id and e.kind not in ('gpu_annotation', 'sync')
 join step_or_trace_windows() w on w.rank = m.rank and w.step = m.step
 group by w.rank, w.step
 """
