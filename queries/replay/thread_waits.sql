@@ -16,37 +16,24 @@
 --   thread's first point has no gap: the lag alone decides. Runtime calls are not points here: polling threads
 --   (NCCL watchdogs querying events) would wake on anything. Seen on the shared traces: lags of 43-169 µs
 --   (autograd hand-over and return on the V100 ResNet and MI300X ResNet traces), gaps of 5-144 ms.
-with points as materialized (
+with points as (
     select rank, id, pid, tid, false as is_end, ts as t from events
     where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
     union all
     select rank, id, pid, tid, true, ts + greatest(coalesce(dur, 0), 0) from events
     where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
 ),
+-- The point just before each point in the rank's time order: if it is on another thread and the waiting thread
+-- had no point since before it, it is the other thread's latest point before the wait ended.
 ordered as (
-    select *,
+    select rank, id, pid, tid, is_end, t,
            t - lag(t) over (partition by rank, pid, tid order by t, is_end desc, id) as gap,
-           row_number() over (partition by rank order by t, is_end desc, id) as position
+           lag(id) over by_time as src, lag(is_end) over by_time as src_end, lag(t) over by_time as src_t,
+           lag(pid) over by_time as src_pid, lag(tid) over by_time as src_tid
     from points
-),
--- runs of consecutive points (in time order) on one thread: the other thread's latest point before any point of
--- a run is the point just before the run
-runs as (
-    select *, sum(case when pid is distinct from previous_pid or tid is distinct from previous_tid then 1 else 0 end)
-                  over (partition by rank order by position) as run
-    from (select *, lag(pid) over (partition by rank order by position) as previous_pid,
-                 lag(tid) over (partition by rank order by position) as previous_tid
-          from ordered)
-),
-run_starts as (
-    select rank, run, min(position) as first_position from runs group by rank, run
-),
-waits as (
-    select p.rank, q.id as src, q.is_end as src_end, p.id as dst, p.is_end as dst_end, p.t - q.t as lag, p.gap
-    from runs p
-    join run_starts r on r.rank = p.rank and r.run = p.run
-    join ordered q on q.rank = p.rank and q.position = r.first_position - 1
+    window by_time as (partition by rank order by t, is_end desc, id)
 )
-select rank, src, src_end, dst, dst_end, lag
-from waits
-where lag <= 1000000 and (gap is null or (gap >= 1000000 and lag * 10 <= gap))
+select rank, src, src_end, id as dst, is_end as dst_end, t - src_t as lag
+from ordered
+where src is not null and (src_pid is distinct from pid or src_tid is distinct from tid)
+  and t - src_t <= 1000000 and (gap is null or (gap >= 1000000 and (t - src_t) * 10 <= gap))
