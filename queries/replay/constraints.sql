@@ -11,19 +11,21 @@
 --   lag: ns, measured dst start (sync: dst end) - src end (launch_start: - src start)
 --   dst_ts: ns, dst's measured start
 --   dst_dur: ns, dst's measured duration
---   inferred: true for a sync from an inferred edge (sync_inferred: the trace recorded no sync event for it)
--- notes: From the launch, sync, sync_inferred and flow edges of tracekit/link/edges.py; nest and stream edges are
---   the chains. A sync_inferred edge (src the GPU op waited for, dst the host call that waited) is a sync like a
---   recorded one. A launch whose GPU op its own call waited for starts from the call's start: from its end it
---   would make a cycle (the call ends after the op, the op starts after the call ends). A pair with both a
---   recorded and an inferred edge is one constraint (recorded).
+--   inferred: true for a sync or wait from an inferred edge (sync_inferred, stream_wait_inferred: the trace
+--     recorded no sync event for it)
+-- notes: From the launch, sync, sync_inferred, stream_wait_inferred and flow edges of tracekit/link/edges.py;
+--   nest and stream edges are the chains. A sync_inferred edge (src the GPU op waited for, dst the host call that
+--   waited) is a sync like a recorded one, a stream_wait_inferred edge (GPU op -> a GPU op on another stream) a
+--   wait like a recorded Stream Wait Event. A launch whose GPU op its own call waited for starts from the call's
+--   start: from its end it would make a cycle (the call ends after the op, the op starts after the call ends). A
+--   pair with both a recorded and an inferred edge is one constraint.
 with waits as (  -- the lag from the events: an inferred edge's own lag column is not relied on
-    select w.rank, w.src, w.dst, bool_and(w.kind = 'sync_inferred') as inferred,
+    select w.rank, w.src, w.dst, bool_and(w.kind <> 'sync') as inferred,
            any_value(d.ts - (g.ts + coalesce(g.dur, 0))) as lag
     from edges w
     join events g on g.rank = w.rank and g.id = w.src
     join events d on d.rank = w.rank and d.id = w.dst
-    where w.kind in ('sync', 'sync_inferred')
+    where w.kind in ('sync', 'sync_inferred', 'stream_wait_inferred')
     group by w.rank, w.src, w.dst
 )
 select l.rank, l.src, l.dst, case when w.rank is null then 'launch' else 'launch_start' end as kind,
