@@ -72,6 +72,8 @@ def test_halving_gemms_moves_the_host_where_it_waited_as_synth_captures_it(tmp_p
     unchanged = replay(bare, scale={"kernel:gemm": 0.5})
     assert (unchanged["predicted_ms"] == unchanged["measured_ms"]).all()
     predicted = replay(inferred, scale={"kernel:gemm": 0.5})
+    # the output says the prediction rests on inference: each step's stream sync is held by an inferred wait
+    assert (predicted["inferred_waits"] >= unchanged["inferred_waits"] + 1).all(), (predicted, unchanged)
     error = (predicted["predicted_ms"] / truth["measured_ms"] - 1).abs()
     assert (error <= (1e-6 if noise == 0 else 0.03)).all(), (predicted, truth)
     assert (predicted["predicted_ms"] < 0.9 * predicted["measured_ms"]).all()
