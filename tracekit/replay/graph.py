@@ -176,7 +176,7 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     # A chain's first point keeps its measured time, unless it is a GPU op whose launch is in the trace or a host
     # event whose start a flow or another thread released.
     launched = np.zeros(n, dtype=bool)
-    launched[dst[launch | (binding & ~launch)]] = True
+    launched[dst[launch | binding]] = True
     anchored = chain_starts(segment) & ~((order % 2 == 0) & launched[order // 2])
     anchor = np.where(anchored, measured[order], NEVER)
     # Constraints run from the source's end to the dependant's start (a sync: to the waiting call's end); a
