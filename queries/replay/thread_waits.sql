@@ -15,7 +15,8 @@
 --   after the latest point of such an event on another thread of the rank (lag), waited for that point. A
 --   thread's first point has no gap: the lag alone decides. Runtime calls are not points here: polling threads
 --   (NCCL watchdogs querying events) would wake on anything. Seen on the shared traces: lags of 43-169 µs
---   (autograd hand-over and return on the V100 ResNet and MI300X ResNet traces), gaps of 5-144 ms.
+--   (autograd hand-over and return on the V100 ResNet and MI300X ResNet traces; 277-423 µs on the A100 DDP trace),
+--   gaps of 5-144 ms.
 with points as (
     select rank, id, pid, tid, false as is_end, ts as t from events
     where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
