@@ -95,7 +95,7 @@ def test_scaling_every_duration_and_gap_by_two_doubles_a_step_without_idle_time(
     ]}
     path = tmp_path / "flat.json"
     path.write_text(json.dumps(trace))
-    assert step_ms(load(path), scale={"cpu:": 2, "kernel:": 2}) == pytest.approx(0.120)
+    assert step_ms(load(path), scale={"cpu:": 2}) == pytest.approx(0.120)
 
 
 # Two ranks, one all-reduce (µs). Rank 0: aten::mm 10-30 (gemm 25-45 on stream 7), record_param_comms 32-40
@@ -211,6 +211,28 @@ def test_cli_prints_one_row_per_step(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tracekit.cli", "replay", str(path), "--remove", "gemm"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("option", "closest"), [
+    (("--scale", "kernel:nosuch=2"), "none"),
+    (("--scale", "kernel:gemmm=2"), "gemm"),  # gemm_kernel: a word of the name
+    (("--remove", "op:aten::ad"), None),  # a part of a name matches: aten::add
+    (("--scale", "category:computaton=0.5"), "computation"),
+    (("--remove", "cpu:cudaDeviceSync"), None),
+    (("--remove", "cpu:cudaDeviceSink"), "cudaDeviceSynchronize"),
+])
+def test_a_selector_that_matches_nothing_is_one_line_and_exit_2(tmp_path, option, closest):
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(STEP_TRACE))
+    run = subprocess.run([sys.executable, "-m", "tracekit.cli", "replay", str(path), *option, "--format", "csv"],
+                         capture_output=True, text=True)
+    if closest is None:
+        assert run.returncode == 0, run.stderr
+        return
+    selector = option[1].rpartition("=")[0] if option[0] == "--scale" else option[1]
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
+    assert f"selector {selector} matches nothing" in run.stderr
+    assert run.stderr.strip().endswith(f"closest names: {closest}") if closest == "none" else closest in run.stderr
 
 
 @pytest.mark.xfail(strict=True, reason="workers4's steps without their DataLoader time are 31% slower than "

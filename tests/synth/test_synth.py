@@ -275,6 +275,22 @@ def test_slow_kernel_factor(tmp_path):
     assert ts["ranks"][0]["kernels"][name]["total_ns"] > tb["ranks"][0]["kernels"][name]["total_ns"]
 
 
+def test_slow_kernel_names_match_case_insensitively_and_must_match(tmp_path):
+    """--slow-kernel softmax slows cunn_SoftMaxForward (replay's kernel:softmax picks it too); a name no kernel has
+    is a user error naming the closest kernel names, not a capture without the slow-down."""
+    name = "void (anonymous namespace)::cunn_SoftMaxForward"
+    base = synth.read_ground_truth(synth.generate(tmp_path / "base", **SMALL)[0].parent)
+    slow = synth.read_ground_truth(synth.generate(tmp_path / "slow", **SMALL, slow_kernels={"softmaxforward": 2})[0].parent)
+
+    def softmax_ns(truth):
+        return sum(k["total_ns"] for n, k in truth["ranks"][0]["kernels"].items() if n.startswith(name))
+
+    assert softmax_ns(base) > 0 and softmax_ns(slow) == pytest.approx(2 * softmax_ns(base), abs=5)
+    with pytest.raises(tracekit.InputError, match=r"--slow-kernel sofmaxforward=2: .*closest names: .*SoftMaxForward"):
+        synth.generate(tmp_path / "typo", **SMALL, slow_kernels={"sofmaxforward": 2})
+    assert not (tmp_path / "typo").exists()
+
+
 def test_scale_multiplies_ops():
     small = synth.synthesize(synth.SynthConfig(ranks=1, steps=1, scale=1))
     large = synth.synthesize(synth.SynthConfig(ranks=1, steps=1, scale=3))
@@ -302,6 +318,7 @@ def test_cli_quick_start_gzip_and_rerun(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (("--slow-kernel", "gemm"), "expected NAME=FACTOR"),
     (("--slow-kernel", "gemm=-2"), "expected NAME=FACTOR"),
+    (("--slow-kernel", "nosuch=2"), "no kernel of the job has 'nosuch' in its name"),
 ])
 def test_cli_bad_options_are_one_line(tmp_path, args, needle):
     result = run_cli("synth", "-o", str(tmp_path / "x"), *args)

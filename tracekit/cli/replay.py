@@ -18,7 +18,8 @@ from tracekit.output.files import refuse_input_file
               help="Multiply the time of the selection by FACTOR (repeatable). SELECTOR: kernel:PATTERN (GPU ops "
                    "whose name contains PATTERN), op:PATTERN (a CPU op with the GPU work it launched), "
                    "category:NAME (computation, communication, memcpy, or an op category such as GEMM), "
-                   "cpu:PATTERN (host time alone).")
+                   "cpu:PATTERN (host time alone). Names match case-insensitively; a selector that matches "
+                   "nothing is an error naming the closest names.")
 @click.option("--remove", "removes", multiple=True, metavar="SELECTOR",
               help="Take the selection's own time out, keeping its dependencies (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,

@@ -18,13 +18,15 @@ import polars as pl
 
 from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
-from tracekit.errors import InputError
+from tracekit.errors import InputError, closest_names
 from tracekit.output.timeline import write_timeline
 from tracekit.query.analyses import run as run_analysis
 from tracekit.replay.graph import build, inside_selection
 from tracekit.replay.solve import solve
 
 SELECTORS = ("kernel", "op", "category", "cpu")
+WHAT = {"kernel": "names of GPU ops", "op": "names of cpu_ops, annotations and Python functions",
+        "cpu": "names of host events", "category": "GPU timeline and op categories"}
 BREAKDOWN = ("busy_ms", "idle_ms", "computation_ms", "communication_ms", "exposed_communication_ms", "memcpy_ms")
 
 
@@ -68,16 +70,27 @@ def as_factors(scale: Mapping[str, float] | Iterable[tuple[str | Selector, float
 
 def replayed_events(tables: TraceTables, scale=None, remove=None,
                     con: duckdb.DuckDBPyConnection | None = None) -> tuple[pl.DataFrame, int]:
-    """rank, id, ts, dur of every re-timed event under the what-if, and the solver's passes (on `con`, a
-    `catalog.connect(tables)` connection, when given)."""
+    """rank, id, ts, dur of every re-timed event under the what-if, with inferred_wait (true where an inferred
+    wait holds the event's start or end: sync_inferred, stream_wait_inferred, replay/thread_waits), and the
+    solver's passes (on `con`, a `catalog.connect(tables)` connection, when given)."""
     factors = as_factors(scale, remove)
     with nullcontext(con) if con is not None else catalog.connect(tables) as con:
         nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
-        constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
+        waits = con.sql(catalog.ready(con, "replay/thread_waits")).pl()
+        constraints = pl.concat([
+            con.sql(catalog.ready(con, "replay/constraints")).pl()
+            .with_columns(src_end=pl.col("kind") != "launch_start", dst_end=pl.col("kind") == "sync"),
+            waits.with_columns(kind=pl.lit("wake"), dst_ts=pl.lit(None, pl.Int64), dst_dur=pl.lit(0, pl.Int64),
+                               inferred=pl.lit(True))], how="diagonal_relaxed")
         collectives = con.sql(catalog.ready(con, "replay/collectives")).pl()
         selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
                                           params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
                     .with_columns(factor=pl.lit(f)) for s, f in factors]
+        for (selector, _), frame in zip(factors, selected):
+            if frame.is_empty():
+                names = con.sql(catalog.ready(con, "replay/selector_names"), params={"selector": selector.kind})
+                raise InputError(f"selector {selector} matches nothing in the input ({WHAT[selector.kind]}); "
+                                 f"closest names: {closest_names(selector.pattern, names.pl()['name'].drop_nulls())}")
     keys = nodes.select("rank", "id", "row")
     nodes = nodes.join(keys.rename({"id": "parent", "row": "parent_row"}), on=["rank", "parent"], how="left",
                        maintain_order="left").with_columns(pl.col("parent_row").fill_null(-1).cast(pl.Int64))
@@ -109,17 +122,23 @@ def replayed_events(tables: TraceTables, scale=None, remove=None,
     chains, cons, measured = build(nodes, constraints, collectives, own["cpu"], own["gpu"])
     times, passes = solve(chains, cons, measured)
     times = times[:2 * n]
+    inferred = np.zeros(n, dtype=bool)
+    inferred[constraints.filter(pl.col("inferred"))["dst_row"].to_numpy()] = True
     result = nodes.select("rank", "id").with_columns(ts=pl.Series(times[0::2]),
-                                                     dur=pl.Series(times[1::2] - times[0::2]))
+                                                     dur=pl.Series(times[1::2] - times[0::2]),
+                                                     inferred_wait=pl.Series(inferred))
     return result, passes
 
 
 def retimed_tables(tables: TraceTables, scale=None, remove=None,
                    con: duckdb.DuckDBPyConnection | None = None) -> TraceTables:
     """`tables` with every re-timed event's ts and dur replaced by the replay's (other events as measured)."""
-    retimed, _ = replayed_events(tables, scale, remove, con)
+    return with_times(tables, replayed_events(tables, scale, remove, con)[0])
+
+
+def with_times(tables: TraceTables, retimed: pl.DataFrame) -> TraceTables:
     events = pl.from_arrow(tables.events)
-    updated = (events.join(retimed.rename({"ts": "new_ts", "dur": "new_dur"}), on=["rank", "id"], how="left",
+    updated = (events.join(retimed.select("rank", "id", new_ts="ts", new_dur="dur"), on=["rank", "id"], how="left",
                            maintain_order="left")
                .with_columns(ts=pl.coalesce("new_ts", "ts"),
                              dur=pl.when(pl.col("new_ts").is_not_null() & pl.col("dur").is_not_null())
@@ -128,14 +147,16 @@ def retimed_tables(tables: TraceTables, scale=None, remove=None,
     return tables.with_tables(events=updated.to_arrow())
 
 
-WINDOWS_SQL = "select rank, window_id, step, end_ns - start_ns as duration_ns from step_or_trace_windows()"
+WINDOWS_SQL = ("select rank, window_id, step, start_ns, end_ns, end_ns - start_ns as duration_ns "
+               "from step_or_trace_windows()")
 
 
 def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | None = None) -> pl.DataFrame:
     """One row per rank and step: rank, step (null: a rank without ProfilerSteps, replayed as one window),
-    measured_ms, predicted_ms, error_percent (predicted vs measured) and the predicted step's GPU time
-    (busy_ms, idle_ms, computation_ms, communication_ms, exposed_communication_ms, memcpy_ms, as the `steps`
-    analysis defines them).
+    measured_ms, predicted_ms, error_percent (predicted vs measured), inferred_waits (events of the step, by their
+    measured start, that an inferred wait holds: the prediction rests on inference where it is not 0) and the
+    predicted step's GPU time (busy_ms, idle_ms, computation_ms, communication_ms, exposed_communication_ms,
+    memcpy_ms, as the `steps` analysis defines them).
 
     scale: {selector: factor} or [(selector, factor)]; remove: [selector] (factor 0). Selectors: kernel:PATTERN,
     op:PATTERN, category:NAME, cpu:PATTERN. With `timeline`, the replayed events are also written there as a
@@ -145,19 +166,26 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
     with catalog.connect(tables) as con:
         catalog.prepare(con, WINDOWS_SQL)
         measured = con.sql(WINDOWS_SQL).pl()
-        after = retimed_tables(tables, scale, remove, con)
+        retimed, _ = replayed_events(tables, scale, remove, con)
+        after = with_times(tables, retimed)
         after.connect(con)
-        predicted = con.sql(WINDOWS_SQL).pl().rename({"duration_ns": "predicted_ns"})
+        predicted = con.sql(WINDOWS_SQL).pl().select("rank", "window_id", predicted_ns="duration_ns")
         breakdown = run_analysis(after, "steps", con).select(pl.col("rank"), pl.col("step").alias("window_id"),
                                                              *BREAKDOWN)
     if timeline is not None:
         write_timeline(after, timeline, label="replayed")
-    return (measured.join(predicted.drop("step"), on=["rank", "window_id"], how="left")
+    starts = (retimed.filter("inferred_wait").select("rank", "id")
+              .join(pl.from_arrow(tables.events.select(["rank", "id", "ts"])), on=["rank", "id"]))
+    inferred = (measured.select("rank", "window_id", "start_ns", "end_ns").join(starts, on="rank")
+                .filter(pl.col("ts") >= pl.col("start_ns"), pl.col("ts") < pl.col("end_ns"))
+                .group_by("rank", "window_id").agg(inferred_waits=pl.len()))
+    return (measured.join(predicted, on=["rank", "window_id"], how="left")
+            .join(inferred, on=["rank", "window_id"], how="left")
             .join(breakdown, on=["rank", "window_id"], how="left")
             .select("rank", "step",
                     (pl.col("duration_ns") / 1e6).alias("measured_ms"),
                     (pl.col("predicted_ns") / 1e6).alias("predicted_ms"),
                     ((pl.col("predicted_ns") - pl.col("duration_ns")) / pl.col("duration_ns") * 100)
                     .alias("error_percent"),
-                    *BREAKDOWN)
+                    pl.col("inferred_waits").fill_null(0).cast(pl.Int64), *BREAKDOWN)
             .sort("rank", "step", nulls_last=True))

@@ -103,7 +103,11 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     c = constraints
     src, dst = c["src_row"].to_numpy(), c["dst_row"].to_numpy()
     kind, lag, dst_dur = c["kind"].to_numpy(), c["lag"].to_numpy(), c["dst_dur"].to_numpy()
-    launch, sync, flow = kind == "launch", kind == "sync", kind == "flow"
+    from_start = (kind == "launch_start") | ((kind == "wake") & ~c["src_end"].to_numpy())
+    launch, sync, flow = (kind == "launch") | (kind == "launch_start"), kind == "sync", kind == "flow"
+    # A thread that resumed after another thread's point: into the start of its next event, or the end of the
+    # event it waited in (replay/thread_waits.sql).
+    wake_end = (kind == "wake") & c["dst_end"].to_numpy()
     # A flow lands on the backward op; the thread waited at the outermost event it entered together with it.
     dst = np.where(flow, flow_entry_rows(parent_row, h_point, h_segment)[dst], dst)
     lag = np.where(flow, ts[dst] - end[src], lag)
@@ -114,14 +118,23 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     chain_gap[g_rows[~g_first]] = g_gap[~g_first]
     host_entry = h_start & ~h_first
     chain_gap[h_point[host_entry] // 2] = h_delta[host_entry]
-    into_start = ~sync
+    into_start = ~sync & ~wake_end
     cross_best = np.full(n, big, dtype=np.int64)
     np.minimum.at(cross_best, dst[into_start], lag[into_start])
     chain_binds = chain_gap <= cross_best
     binding = into_start & (lag <= np.minimum(chain_gap, cross_best)[dst])
 
-    latency = rank_median_latency(c["rank"].to_numpy(), lag, launch & binding)
-    weight = np.where(binding, lag, np.where(launch, np.minimum(lag, latency), np.minimum(lag, 0)))
+    latency = rank_median_latency(c["rank"].to_numpy(), lag, (kind == "launch") & binding)
+    weight = np.where(binding, lag, np.where(kind == "launch", np.minimum(lag, latency), np.minimum(lag, 0)))
+    # Into an end (a wait inside the event): binding where its lag is below the measured piece before that end.
+    end_gap = np.full(n, big, dtype=np.int64)
+    end_gap[h_point[~h_start] // 2] = h_delta[~h_start]
+    end_best = np.full(n, big, dtype=np.int64)
+    np.minimum.at(end_best, dst[wake_end], lag[wake_end])
+    end_binds = wake_end & (lag <= np.minimum(end_gap, end_best)[dst])
+    weight = np.where(wake_end, np.where(end_binds, lag, np.minimum(lag, 0)), weight)
+    waits_at_end = np.zeros(n, dtype=bool)
+    waits_at_end[dst[end_binds]] = True
     # A sync call ends no earlier than the op it waited for plus the time it took to return (measured); of its own
     # duration it keeps the part it did not spend waiting. A call that waited for several ops (a device sync: the
     # last op of each stream) waited for the one that ended last (smallest lag); it returns no earlier than the
@@ -134,11 +147,13 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     np.maximum.at(waited, dst[sync], np.clip(dst_dur[sync] - lag[sync], 0, dst_dur[sync]))
 
     # Host deltas: scaled by the innermost open event's factor; a start whose cross constraint binds does not also
-    # wait out its thread's gap; a sync call's own time excludes its wait.
+    # wait out its thread's gap; a sync call's own time excludes its wait (taken from the piece before its end, its
+    # own: the whole call for a leaf).
     host_scale = host_factor
     h_event = h_point // 2
-    h_delta = h_delta - np.where(previous_is_own_start(h_point), waited[h_event], 0)
-    h_delta = np.where(h_start & ~chain_binds[h_event], np.minimum(h_delta, 0), h_delta)
+    h_delta = h_delta - np.where(h_start, 0, np.minimum(waited[h_event], h_delta))
+    h_delta = np.where((h_start & ~chain_binds[h_event]) | (~h_start & waits_at_end[h_event]),
+                       np.minimum(h_delta, 0), h_delta)
     scale = np.where(h_owner >= 0, host_scale[np.maximum(h_owner, 0)], 1.0)
     h_delta = np.round(h_delta * scale).astype(np.int64)
 
@@ -158,9 +173,10 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     order = np.concatenate([h_point, g_point])
     segment = np.concatenate([h_segment, g_segment])
     delta = np.concatenate([h_delta, g_delta])
-    # A chain's first point keeps its measured time, unless it is a GPU op whose launch is in the trace.
+    # A chain's first point keeps its measured time, unless it is a GPU op whose launch is in the trace or a host
+    # event whose start a flow or another thread released.
     launched = np.zeros(n, dtype=bool)
-    launched[dst[launch]] = True
+    launched[dst[launch | binding]] = True
     anchored = chain_starts(segment) & ~((order % 2 == 0) & launched[order // 2])
     anchor = np.where(anchored, measured[order], NEVER)
     # Constraints run from the source's end to the dependant's start (a sync: to the waiting call's end); a
@@ -173,15 +189,10 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
                     segment=np.concatenate([segment, first_arrival_segment + np.arange(len(arrivals))]),
                     delta=np.concatenate([delta, np.zeros(len(arrivals), np.int64)]),
                     anchor=np.concatenate([anchor, np.full(len(arrivals), NEVER, dtype=np.int64)]))
-    cons = Constraints(src=np.concatenate([2 * src + 1, 2 * c_rows, arrivals[c_instance]]),
-                       dst=np.concatenate([2 * dst + sync.astype(np.int64), arrivals[c_instance], 2 * c_rows + 1]),
+    cons = Constraints(src=np.concatenate([2 * src + ~from_start, 2 * c_rows, arrivals[c_instance]]),
+                       dst=np.concatenate([2 * dst + (sync | wake_end), arrivals[c_instance], 2 * c_rows + 1]),
                        weight=np.concatenate([weight.astype(np.int64), np.zeros(len(c_rows), np.int64), transfer]))
     return chains, cons, np.concatenate([measured, arrival_time])
-
-
-def previous_is_own_start(points: np.ndarray) -> np.ndarray:
-    """True where a chain position is an end point right after its own event's start (a leaf)."""
-    return np.r_[False, (points[1:] % 2 == 1) & (points[:-1] == points[1:] - 1)]
 
 
 def flow_entry_rows(parent_row: np.ndarray, h_point: np.ndarray, h_segment: np.ndarray) -> np.ndarray:

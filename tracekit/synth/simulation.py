@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from tracekit.errors import InputError, closest_names
 from tracekit.synth.job import (
     CBID,
     COMM,
@@ -113,7 +114,7 @@ class RankSim:
     def slow_factor(self, name: str) -> float:
         factor = self.slow_factor_of.get(name)
         if factor is None:
-            factor = math.prod(f for part, f in self.config.slow_kernels.items() if part in name)
+            factor = math.prod(f for part, f in self.config.slow_kernels.items() if part.lower() in name.lower())
             self.slow_factor_of[name] = factor
         return factor
 
@@ -489,6 +490,11 @@ def simulate(config: SynthConfig) -> list[RankSim]:
         end = max(ready for _, ready in arrivals) + max(1, round(transfer))
         arrivals = [send(p, end) for p in programs]
     assert all(a is None for a in arrivals), "ranks diverged"
+    kernels = {name for sim in sims for name in sim.slow_factor_of}
+    for part, factor in config.slow_kernels.items():
+        if not any(part.lower() in name.lower() for name in kernels):
+            raise InputError(f"--slow-kernel {part}={factor:g}: no kernel of the job has {part!r} in its name; "
+                             f"closest names: {closest_names(part, kernels)}")
     return sims
 
 
