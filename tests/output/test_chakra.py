@@ -86,7 +86,7 @@ def is_acyclic(nodes) -> bool:
 
 
 def export(tables, out: Path) -> dict[int, Path]:
-    paths = chakra.write_chakra(tables, out, prefix="job")
+    paths = chakra.write_chakra(tables, out, prefix="job").paths
     return {int(p.name.split(".")[1]): p for p in paths}
 
 
