@@ -42,16 +42,16 @@ path_moves as (
 path_arrows as (
     select m.rank, 'critical_path' as cat, 1 as sort,
            s.pid as src_pid, s.tid as src_tid,
-           -- the segment's part of its slice; the whole slice where they do not meet (a gap before a GPU op)
-           case when greatest(m.start_ns, s.ts) <= least(m.end_ns, s.end_ns) then greatest(m.start_ns, s.ts)
+           -- the segment's part of its slice; the whole slice where they share no time (a gap before a GPU op)
+           case when greatest(m.start_ns, s.ts) < least(m.end_ns, s.end_ns) then greatest(m.start_ns, s.ts)
                 else s.ts end as src_lo,
-           case when greatest(m.start_ns, s.ts) <= least(m.end_ns, s.end_ns) then least(m.end_ns, s.end_ns)
+           case when greatest(m.start_ns, s.ts) < least(m.end_ns, s.end_ns) then least(m.end_ns, s.end_ns)
                 else s.end_ns end as src_hi,
            m.end_ns as src_at,
            d.pid as dst_pid, d.tid as dst_tid,
-           case when greatest(m.next_start, d.ts) <= least(m.next_end, d.end_ns) then greatest(m.next_start, d.ts)
+           case when greatest(m.next_start, d.ts) < least(m.next_end, d.end_ns) then greatest(m.next_start, d.ts)
                 else d.ts end as dst_lo,
-           case when greatest(m.next_start, d.ts) <= least(m.next_end, d.end_ns) then least(m.next_end, d.end_ns)
+           case when greatest(m.next_start, d.ts) < least(m.next_end, d.end_ns) then least(m.next_end, d.end_ns)
                 else d.end_ns end as dst_hi,
            m.next_start as dst_at
     from path_moves m
