@@ -196,3 +196,20 @@ def test_replayed_timeline_is_the_replay_of_the_graph(tmp_path):
              if e.get("ph") == "M" and e.get("name") == "process_name"]
     assert names and all(name.endswith("· replayed") for name in names), names
     same_events(load([tmp_path / "in"]), load([out]))
+
+
+def test_flow_check_catches_what_viewers_drop():
+    """The check itself: a parent → child arrow from the middle of the parent to the middle of its child (the old
+    placement) runs backward; an end on the boundary two slices share binds to neither alone."""
+    slices = [{"ph": "X", "pid": 1, "tid": 1, "ts": 0.0, "dur": 10.0, "name": "parent", "args": {"rank": 0}},
+              {"ph": "X", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0, "name": "child", "args": {"rank": 0}},
+              {"ph": "X", "pid": 1, "tid": 1, "ts": 3.0, "dur": 2.0, "name": "sibling", "args": {"rank": 0}}]
+
+    def flow(start, end):
+        return {("s", "f")[i]: {"ph": ("s", "f")[i], "id": 1, "cat": "launch", "name": "launch", "pid": 1, "tid": 1,
+                                "ts": ts, **({"bp": "e"} if i else {})} for i, ts in enumerate((start, end))}
+    check_flows_forward(slices, {(1, "launch", "launch"): flow(2.999, 3.001)})  # child's end → sibling's start
+    with pytest.raises(AssertionError, match="backward"):
+        check_flows_forward(slices, {(1, "launch", "launch"): flow(5.0, 2.0)})
+    with pytest.raises(AssertionError, match="innermost"):
+        check_flows_forward(slices, {(1, "launch", "launch"): flow(2.0, 3.0)})
