@@ -80,9 +80,9 @@ simulate() {
   local bin=$SRC/build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware
   for system in system_replay system_roofline; do
     echo "== $system: 8 ranks, ring of 8 (network8.yml)"
-    nice "$bin" --workload-configuration="$WORK/et/dlrm" --system-configuration="$CLIENTS/astra-run/$system.json" \
+    (cd "$WORK" && nice "$bin" --workload-configuration="$WORK/et/dlrm" --system-configuration="$CLIENTS/astra-run/$system.json" \
       --remote-memory-configuration="$CLIENTS/astra-run/mem.json" \
-      --network-configuration="$CLIENTS/astra-run/network8.yml" > "$WORK/$system.log" 2>&1 || true
+      --network-configuration="$CLIENTS/astra-run/network8.yml" > "$WORK/$system.log" 2>&1) || true  # log/ lands in WORK
     grep -E "finished|critical|error|what\(\)" "$WORK/$system.log" | sed 's/^\[[^]]*\] //' | head -20
   done
 }
