@@ -1,5 +1,5 @@
 -- question: Which Chakra ET nodes does each rank's trace make, of what type, and with what timing and attributes?
--- inputs: events, edges, ranks
+-- inputs: events, edges, ranks, chakra_compute
 -- includes: lib/categories, lib/collectives
 -- columns:
 --   rank: rank
@@ -11,9 +11,13 @@
 --   duration_micros: µs, duration rounded to the nearest µs
 --   tid: the host thread as an integer (null when the trace's tid is not one, and for GPU ops)
 --   stream: GPU stream (null for host ops)
---   comm_type: Chakra CollectiveCommType name of a COMM_COLL_NODE (null: not known)
---   comm_size: bytes, what the collective moves, as collectives.sql counts it (null: not known)
---   pg_name: process group name of a communication node (null when the trace does not say)
+--   comm_type: Chakra CollectiveCommType name of a COMM_COLL_NODE (null for other nodes)
+--   comm_size: bytes, what a communication node moves, as collectives.sql counts it (0 when the trace does not
+--     say; null for other nodes)
+--   pg_name: process group name of a communication node ('' when the trace does not say: every rank)
+--   num_ops: operations of a GEMM or convolution kernel (chakra_compute; null for other nodes)
+--   tensor_size: bytes, the tensors that kernel reads and writes (chakra_compute; null for other nodes)
+--   inferred: which of a communication node's attributes rest on a fallback, not the trace's args (null: none)
 --   ts: ns, start (epoch), for ordering
 --   end_ns: ns, end
 --   pid: pid as written (host ops)
@@ -26,6 +30,12 @@
 --   process group come from collective_kernels() (the kernel's own args, else its launching c10d op or nccl:*
 --   annotation, else its name: DeepEP dispatch/combine are ALL_TO_ALL): send → COMM_SEND_NODE, recv → COMM_RECV_NODE, any other known type → COMM_COLL_NODE, where
 --   send_recv (NCCL's SendRecv kernel, how PyTorch runs all_to_all) is ALL_TO_ALL.
+--   Every communication node carries comm_type (COMM_COLL_NODE), comm_size and pg_name, which simulators need
+--   (ASTRA-sim stops at a collective without them). Where the trace does not say (a kernel with no args and no
+--   launcher in the trace: ncclDevKernel_Generic queued before the profiling window, SendRecv replayed from a
+--   CUDA graph, traces older than collective args), the fallbacks are: the type from the kernel's name, else
+--   ALL_REDUCE (the collective data-parallel training runs most); comm_size 0 (no bytes are invented); pg_name
+--   '' (ASTRA-sim's name for the group of every rank). `inferred` says which of these a node got.
 with
 gpu as materialized (
     select rank, id, name, ts, dur, device, stream, gpu_timeline_category(name, kind) = 'communication' as is_comm
@@ -33,16 +43,17 @@ gpu as materialized (
     where kind in ('kernel', 'memcpy', 'memset') and ts is not null
 ),
 comm as materialized (
-    select rank, event_id, collective, bytes, process_group from collective_kernels()
+    select rank, event_id, collective, bytes, process_group, args_source from collective_kernels()
 ),
 nodes as (
     select e.rank, e.id, e.name, true as is_cpu_op, e.ts, e.dur, e.pid, e.tid as thread, null::int as device,
-           null::bigint as stream, false as is_comm, null as collective, null::bigint as bytes, null as process_group
+           null::bigint as stream, false as is_comm, null as collective, null::bigint as bytes, null as process_group,
+           null as args_source
     from events e
     semi join chakra_owners o on o.rank = e.rank and o.node = e.id
     union all
     select g.rank, g.id, g.name, false, g.ts, g.dur, null, null, g.device, g.stream, g.is_comm, c.collective,
-           c.bytes, c.process_group
+           c.bytes, c.process_group, c.args_source
     from gpu g
     left join comm c on c.rank = g.rank and c.event_id = g.id
 )
@@ -56,14 +67,25 @@ select rank, id, name,
        (coalesce(dur, 0) + 500) // 1000 as duration_micros,
        try_cast(thread as bigint) as tid,
        stream,
-       case collective
-           when 'all_reduce' then 'ALL_REDUCE' when 'reduce' then 'REDUCE' when 'all_gather' then 'ALL_GATHER'
-           when 'gather' then 'GATHER' when 'scatter' then 'SCATTER' when 'broadcast' then 'BROADCAST'
-           when 'all_to_all' then 'ALL_TO_ALL' when 'send_recv' then 'ALL_TO_ALL'
-           when 'reduce_scatter' then 'REDUCE_SCATTER' when 'barrier' then 'BARRIER'
+       case when is_comm and collective is distinct from 'send' and collective is distinct from 'recv' then
+           case collective
+               when 'all_reduce' then 'ALL_REDUCE' when 'reduce' then 'REDUCE' when 'all_gather' then 'ALL_GATHER'
+               when 'gather' then 'GATHER' when 'scatter' then 'SCATTER' when 'broadcast' then 'BROADCAST'
+               when 'all_to_all' then 'ALL_TO_ALL' when 'send_recv' then 'ALL_TO_ALL'
+               when 'reduce_scatter' then 'REDUCE_SCATTER' when 'barrier' then 'BARRIER'
+               else 'ALL_REDUCE'
+           end
        end as comm_type,
-       bytes as comm_size,
-       case when is_comm and process_group <> 'unknown' then process_group end as pg_name,
+       case when is_comm then coalesce(bytes, 0) end as comm_size,
+       case when is_comm then if(process_group = 'unknown', '', process_group) end as pg_name,
+       k.num_ops, k.tensor_size,
+       case when is_comm then nullif(concat_ws('; ',
+           case when collective is null then 'comm_type: the trace does not say which collective, ALL_REDUCE assumed'
+                when args_source = 'kernel_name' then 'comm_type: from the kernel name' end,
+           if(bytes is null, 'comm_size: the trace does not say, 0', null),
+           if(process_group = 'unknown', 'pg_name: the trace does not say, '''' (every rank)', null)), '')
+       end as inferred,
        ts, ts + coalesce(dur, 0) as end_ns, pid, thread, device, is_comm
-from nodes
+from nodes n
+left join chakra_compute k using (rank, id)
 order by rank, ts, id

@@ -1,34 +1,76 @@
 -- question: Which arrows does the all-ranks timeline draw, and where do their two ends sit?
 -- inputs: edges, timeline_slices (rank, id, pid, tid, ts, end_ns of every slice placed), timeline_path (critical
---   path segments with their slice's pid and tid), $base (ns, the file's base time)
+--   path segments: rank, step, position, event_id, start_ns, end_ns), $base (ns, the file's base time)
 -- columns:
 --   cat: launch, sync or critical_path
 --   src_pid: pid of the start's slice
 --   src_tid: tid of the start's slice
---   src_ts: µs text, the start: the middle of its slice
+--   src_ts: µs text, the start (at or before the end)
 --   dst_pid: pid of the end's slice
 --   dst_tid: tid of the end's slice
---   dst_ts: µs text, the end: the middle of its slice
--- notes: launch and sync edges whose two events are both on the timeline; and along the critical path, from each
---   segment's event to the next segment's (a different event), both on the timeline. Each end sits at the middle
---   of its slice, so it lands inside it (a viewer binds a flow end to the slice enclosing it on its track).
+--   dst_ts: µs text, the end
+--   forward: false where no start inside the first slice precedes an end inside the second (the writer leaves
+--     those out and counts them)
+-- notes: Arrows: launch and sync edges whose two events are both on the timeline; along the critical path, from
+--   each segment's event to the next segment's (a different event), both on the timeline. Every arrow runs
+--   forward in time, from the end of one piece of work to the start of the next: a path arrow from the end of
+--   its segment to the start of the next segment; an edge arrow from the end of its first slice (or the end of the
+--   second, if that comes first) to the same moment or the start of the second slice, whichever is later. A
+--   viewer binds each end to the innermost slice enclosing it on its track (Catapult: closed intervals, the
+--   earlier slice on a tie, ends computed in floating-point ms), so each end is moved 1 ns into its window
+--   (segment ∩ slice, or the slice where a gap segment lies before its GPU op) and kept 1 ns off the window's
+--   edges: never on a boundary that two slices share, nor in a child that starts where the segment ends.
 with
-arrows as (
-    select rank, src, dst, kind as cat, 0 as sort from edges where kind in ('launch', 'sync')
-    union all
-    select rank, event_id, next_event, 'critical_path', 1
-    from (
-        select rank, event_id, lead(event_id) over (partition by rank, step order by position) as next_event
-        from timeline_path where event_id is not null
-    )
-    where next_event is not null and next_event <> event_id
+edge_arrows as (
+    select e.rank, e.kind as cat, 0 as sort,
+           s.pid as src_pid, s.tid as src_tid, s.ts as src_lo, s.end_ns as src_hi,
+           least(s.end_ns, d.end_ns) as src_at,
+           d.pid as dst_pid, d.tid as dst_tid, d.ts as dst_lo, d.end_ns as dst_hi,
+           greatest(d.ts, least(s.end_ns, d.end_ns)) as dst_at
+    from edges e
+    join timeline_slices s on s.rank = e.rank and s.id = e.src
+    join timeline_slices d on d.rank = e.rank and d.id = e.dst
+    where e.kind in ('launch', 'sync')
+),
+path_moves as (
+    select rank, event_id, start_ns, end_ns,
+           lead(event_id) over w as next_event, lead(start_ns) over w as next_start, lead(end_ns) over w as next_end
+    from timeline_path
+    where event_id is not null
+    window w as (partition by rank, step order by position)
+),
+path_arrows as (
+    select m.rank, 'critical_path' as cat, 1 as sort,
+           s.pid as src_pid, s.tid as src_tid,
+           -- the segment's part of its slice; the whole slice where they share no time (a gap before a GPU op)
+           case when greatest(m.start_ns, s.ts) < least(m.end_ns, s.end_ns) then greatest(m.start_ns, s.ts)
+                else s.ts end as src_lo,
+           case when greatest(m.start_ns, s.ts) < least(m.end_ns, s.end_ns) then least(m.end_ns, s.end_ns)
+                else s.end_ns end as src_hi,
+           m.end_ns as src_at,
+           d.pid as dst_pid, d.tid as dst_tid,
+           case when greatest(m.next_start, d.ts) < least(m.next_end, d.end_ns) then greatest(m.next_start, d.ts)
+                else d.ts end as dst_lo,
+           case when greatest(m.next_start, d.ts) < least(m.next_end, d.end_ns) then least(m.next_end, d.end_ns)
+                else d.end_ns end as dst_hi,
+           m.next_start as dst_at
+    from path_moves m
+    join timeline_slices s on s.rank = m.rank and s.id = m.event_id
+    join timeline_slices d on d.rank = m.rank and d.id = m.next_event
+    where m.next_event <> m.event_id
+),
+placed as (
+    select cat, sort, rank, src_pid, src_tid, dst_pid, dst_tid,
+           case when src_hi - src_lo >= 2 then least(src_hi - 1, greatest(src_lo + 1, src_at - 1))
+                else src_lo + (src_hi - src_lo) // 2 end as src_ns,
+           case when dst_hi - dst_lo >= 2 then least(dst_hi - 1, greatest(dst_lo + 1, dst_at + 1))
+                else dst_lo + (dst_hi - dst_lo) // 2 end as dst_ns
+    from (from edge_arrows union all by name from path_arrows)
 )
-select a.cat,
-       s.pid as src_pid, s.tid as src_tid,
-       format('{}.{:03d}', (s.ts + (s.end_ns - s.ts) // 2 - $base) // 1000, (s.ts + (s.end_ns - s.ts) // 2 - $base) % 1000) as src_ts,
-       d.pid as dst_pid, d.tid as dst_tid,
-       format('{}.{:03d}', (d.ts + (d.end_ns - d.ts) // 2 - $base) // 1000, (d.ts + (d.end_ns - d.ts) // 2 - $base) % 1000) as dst_ts
-from arrows a
-join timeline_slices s on s.rank = a.rank and s.id = a.src
-join timeline_slices d on d.rank = a.rank and d.id = a.dst
-order by a.sort, a.rank, s.ts, a.src, a.dst
+select cat, src_pid, src_tid,
+       format('{}.{:03d}', (src_ns - $base) // 1000, (src_ns - $base) % 1000) as src_ts,
+       dst_pid, dst_tid,
+       format('{}.{:03d}', (dst_ns - $base) // 1000, (dst_ns - $base) % 1000) as dst_ts,
+       src_ns <= dst_ns as forward
+from placed
+order by sort, rank, src_ns, dst_ns, src_pid, src_tid, dst_pid, dst_tid

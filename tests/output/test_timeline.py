@@ -59,7 +59,60 @@ def check_file(doc) -> dict:
                 f"flow {flow} {end['ph']} end lands in no slice"
     names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}
+    check_flows_forward(events, ends)
     return {"flows": ends, "names": names, "slices": slices}
+
+
+def innermost_slices(slices, points) -> dict:
+    """For each (track, ns) in `points`: the innermost slice of that track whose closed interval holds the point
+    (how Catapult binds a flow end: `findSliceAtTs`), or None when none does or when two slices that do not nest
+    both hold it (a tie a viewer breaks its own way). A sweep in time order with a stack of open slices."""
+    by_track = defaultdict(list)
+    for e in slices:
+        start = micros_to_ns(e["ts"])
+        by_track[e["pid"], e["tid"]].append((start, start + micros_to_ns(e["dur"]), e))
+    bound = {}
+    wanted = defaultdict(set)
+    for track, at in points:
+        wanted[track].add(at)
+    for track, times in wanted.items():
+        spans = sorted(by_track.get(track, []), key=lambda s: (s[0], -s[1]))
+        stack, i = [], 0
+        for at in sorted(times):
+            while i < len(spans) and spans[i][0] <= at:
+                while stack and stack[-1][1] < spans[i][0]:
+                    stack.pop()
+                stack.append(spans[i])
+                i += 1
+            stack = [span for span in stack if span[1] >= at]  # one that ended where the next began is gone too
+            nested = all(outer[0] <= inner[0] and inner[1] <= outer[1] for outer, inner in zip(stack, stack[1:]))
+            bound[track, at] = stack[-1][2] if stack and nested else None
+    return bound
+
+
+def check_flows_forward(events, ends) -> None:
+    """Every flow runs forward in time, its end binds to the slice enclosing it (bp "e"), each end lands in
+    exactly one innermost slice, and along the critical path each end's slice is the event of the path segment
+    at that moment (read from the critical-path track, not from the code that placed the arrows)."""
+    slices = [e for e in events if e["ph"] == "X"]
+    points = [((end["pid"], end["tid"]), micros_to_ns(end["ts"])) for pair in ends.values() for end in pair.values()]
+    path_track = {int(e["args"]["name"].split()[1]): (e["pid"], 1) for e in events
+                  if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"].endswith("critical path")}
+    path_points = [(track, at) for _, at in points for track in path_track.values()]
+    bound = innermost_slices(slices, points + path_points)
+    for flow, pair in ends.items():
+        start, end = pair["s"], pair["f"]
+        assert end.get("bp") == "e", f"flow {flow} ends without binding to its enclosing slice"
+        assert micros_to_ns(end["ts"]) >= micros_to_ns(start["ts"]), f"flow {flow} runs backward in time"
+        for point in (start, end):
+            at = micros_to_ns(point["ts"])
+            held_by = bound[(point["pid"], point["tid"]), at]
+            assert held_by is not None, f"flow {flow} {point['ph']} end is in no single innermost slice"
+            if flow[1] == "critical_path":
+                segment = bound[path_track[held_by["args"]["rank"]], at]
+                assert segment is not None and segment["args"]["event"] == held_by["name"], \
+                    f"flow {flow} {point['ph']} end is bound to {held_by['name']!r}, the path is on " \
+                    f"{segment and segment['args']['event']!r}"
 
 
 def same_events(original, round_trip):
@@ -154,3 +207,20 @@ def test_replayed_timeline_is_the_replay_of_the_graph(tmp_path):
              if e.get("ph") == "M" and e.get("name") == "process_name"]
     assert names and all(name.endswith("· replayed") for name in names), names
     same_events(load([tmp_path / "in"]), load([out]))
+
+
+def test_flow_check_catches_what_viewers_drop():
+    """The check itself: a parent → child arrow from the middle of the parent to the middle of its child (the old
+    placement) runs backward; an end on the boundary two slices share binds to neither alone."""
+    slices = [{"ph": "X", "pid": 1, "tid": 1, "ts": 0.0, "dur": 10.0, "name": "parent", "args": {"rank": 0}},
+              {"ph": "X", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0, "name": "child", "args": {"rank": 0}},
+              {"ph": "X", "pid": 1, "tid": 1, "ts": 3.0, "dur": 2.0, "name": "sibling", "args": {"rank": 0}}]
+
+    def flow(start, end):
+        return {("s", "f")[i]: {"ph": ("s", "f")[i], "id": 1, "cat": "launch", "name": "launch", "pid": 1, "tid": 1,
+                                "ts": ts, **({"bp": "e"} if i else {})} for i, ts in enumerate((start, end))}
+    check_flows_forward(slices, {(1, "launch", "launch"): flow(2.999, 3.001)})  # child's end → sibling's start
+    with pytest.raises(AssertionError, match="backward"):
+        check_flows_forward(slices, {(1, "launch", "launch"): flow(5.0, 2.0)})
+    with pytest.raises(AssertionError, match="innermost"):
+        check_flows_forward(slices, {(1, "launch", "launch"): flow(2.0, 3.0)})

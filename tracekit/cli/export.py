@@ -22,18 +22,24 @@ def export_group():
               help="Directory for the Chakra ET files, one per rank: NAME.RANK.et (created if missing).")
 @click.option("--prefix", default="tracekit", show_default=True,
               help="NAME of the files (ASTRA-sim's --workload-configuration is DIR/NAME).")
+@click.option("--data-deps", is_flag=True,
+              help="Write every dependency as a data dependency (data_deps), for feeders that follow only those "
+                   "(mlcommons' legacy ETFeeder); default: order and launch as ctrl_deps, tensors as data_deps.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @user_errors
-def chakra_command(traces, out_dir, prefix, rank):
+def chakra_command(traces, out_dir, prefix, data_deps, rank):
     """Write Chakra execution traces (schema 0.0.4) of TRACES, one file per rank, for ASTRA-sim and other
     simulators."""
     from tracekit.output.chakra import write_chakra
     refuse_input_dir(out_dir, traces)
     tables = load_traces(traces, rank)
     started = time.perf_counter()
-    paths = write_chakra(tables, out_dir, prefix)
-    stdout.print(f"wrote {len(paths)} Chakra ET file{'s' * (len(paths) != 1)} to {out_dir} "
+    written = write_chakra(tables, out_dir, prefix, data_deps)
+    count = len(written.paths)
+    stdout.print(f"wrote {count} Chakra ET file{'s' * (count != 1)} to {out_dir} "
                  f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
+    for fallback, nodes in written.inferred.items():  # the nodes say so too, in their tracekit_inferred attribute
+        stdout.print(f"inferred on {nodes:,} communication node{'s' * (nodes != 1)}: {fallback}")
 
 
 @click.command(name="timeline")
@@ -65,6 +71,9 @@ def timeline_command(traces, out_path, step, critical_path, replayed, rank):
                              label="replayed" if replayed else None)
     stdout.print(f"wrote {out_path}: {summary.slices:,} slices on {summary.tracks:,} tracks, {summary.flows:,} "
                  f"flows, {summary.path_segments:,} critical-path segments ({time.perf_counter() - started:.1f} s)")
+    if summary.flows_left_out:
+        stdout.print(f"left out {summary.flows_left_out:,} arrows whose second event ends before the first starts "
+                     "(a viewer would drop them)")
 
 
 main.add_command(export_group)

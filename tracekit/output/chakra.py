@@ -5,8 +5,10 @@ schema/protobuf/et_def.proto, schema version 0.0.4): a `GlobalMetadata` message,
 each preceded by its length as a varint. The few messages are encoded here by hand (varints and length-delimited
 fields), so writing needs no protobuf runtime; the tests decode the files with the .proto compiled by protoc.
 
-What becomes a node and what it depends on is SQL: queries/export/chakra_owners.sql, chakra_nodes.sql and
-chakra_deps.sql. This module runs them and writes the bytes.
+What becomes a node and what it depends on is SQL: queries/export/chakra_owners.sql, chakra_compute.sql (num_ops
+and tensor_size of GEMM and convolution kernels), chakra_nodes.sql and chakra_deps.sql. This module runs them and
+writes the bytes. Dependencies are written as Chakra's two lists (ctrl_deps: order and launch; data_deps: tensors
+of an Execution Trace), or all as data_deps for feeders that follow only those (mlcommons' legacy ETFeeder).
 """
 
 from __future__ import annotations
@@ -92,7 +94,10 @@ def global_metadata(attrs: dict[str, bool | int | str]) -> bytes:
     return body
 
 
-NODE_ATTRIBUTES = ("is_cpu_op", "tid", "stream", "comm_type", "comm_size", "pg_name")
+# attribute name → chakra_nodes column; tracekit_inferred says which attributes rest on a fallback (docs/exports.md)
+NODE_ATTRIBUTES = {"is_cpu_op": "is_cpu_op", "tid": "tid", "stream": "stream", "comm_type": "comm_type",
+                   "comm_size": "comm_size", "pg_name": "pg_name", "num_ops": "num_ops", "tensor_size": "tensor_size",
+                   "tracekit_inferred": "inferred"}
 
 
 def node_message(row: dict) -> bytes:
@@ -107,8 +112,8 @@ def node_message(row: dict) -> bytes:
         body += varint_field(f["start_time_micros"], row["start_time_micros"])
     if row["duration_micros"]:
         body += varint_field(f["duration_micros"], row["duration_micros"])
-    for name in NODE_ATTRIBUTES:
-        value = row[name]
+    for name, column in NODE_ATTRIBUTES.items():
+        value = row[column]
         if value is None:
             continue
         if name == "comm_type":
@@ -126,15 +131,30 @@ class ChakraGraph:
     nodes: pl.DataFrame
     deps: pl.DataFrame
 
+    def inferred(self) -> dict[str, int]:
+        """How many nodes rest on each fallback (the parts of chakra_nodes' `inferred`)."""
+        parts = self.nodes.select(pl.col("inferred").drop_nulls().str.split("; ").explode())
+        return dict(parts.group_by("inferred").len().sort("inferred").iter_rows())
 
-def chakra_graph(tables: TraceTables) -> ChakraGraph:
+
+@dataclass(frozen=True)
+class ChakraExport:
+    paths: list[Path]
+    inferred: dict[str, int]  # fallback → nodes that got it
+
+
+def chakra_graph(tables: TraceTables, data_deps: bool = False) -> ChakraGraph:
+    """The graph; with `data_deps`, every dependency in the nodes' `data_deps` list and none in `ctrl_deps`."""
     with connect(tables) as con:
-        for name in ("chakra_owners", "chakra_nodes", "chakra_deps"):
+        for name in ("chakra_owners", "chakra_compute", "chakra_nodes", "chakra_deps"):
             result = con.sql(ready(con, f"export/{name}")).to_arrow_table()
             con.register(name, result)
         nodes = pl.from_arrow(con.sql("from chakra_nodes").to_arrow_table())
         deps = pl.from_arrow(con.sql("from chakra_deps").to_arrow_table())
-    lists = (deps.filter("forward")
+    written = deps.filter("forward")
+    if data_deps:  # a pair that is both ctrl and data is one data dependency
+        written = written.with_columns(dep=pl.lit("data")).unique(["rank", "src", "dst"])
+    lists = (written
              .group_by("rank", "dst")
              .agg(ctrl_deps=pl.col("src").filter(pl.col("dep") == "ctrl").sort(),
                   data_deps=pl.col("src").filter(pl.col("dep") == "data").sort())
@@ -148,8 +168,10 @@ def et_path(out_dir: Path, prefix: str, rank: int) -> Path:
     return Path(out_dir) / f"{prefix}.{rank}.et"
 
 
-def write_chakra(tables: TraceTables, out_dir: str | Path, prefix: str = "tracekit") -> list[Path]:
-    """Write one Chakra ET file per rank into `out_dir` (created if missing): `prefix.RANK.et`. Returns the paths.
+def write_chakra(tables: TraceTables, out_dir: str | Path, prefix: str = "tracekit",
+                 data_deps: bool = False) -> ChakraExport:
+    """Write one Chakra ET file per rank into `out_dir` (created if missing): `prefix.RANK.et`, every dependency
+    as a data dependency with `data_deps`. Returns the paths and how many nodes rest on each fallback.
 
     Each file is written under a temporary name and renamed when complete.
     """
@@ -159,14 +181,14 @@ def write_chakra(tables: TraceTables, out_dir: str | Path, prefix: str = "tracek
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"{out_dir}: is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
-    graph = chakra_graph(tables)
+    graph = chakra_graph(tables, data_deps)
     ranks = tables.ranks.select(["rank", "world_size"]).to_pylist()
     paths = []
     for rank_row in ranks:
         rank = rank_row["rank"]
         path = et_path(out_dir, prefix, rank)
         nodes = graph.nodes.filter(pl.col("rank") == rank)
-        metadata = {"producer": "tracekit", "rank": rank}
+        metadata = {"producer": "tracekit", "rank": rank, "dependencies": "data_deps" if data_deps else "ctrl_deps"}
         if rank_row["world_size"] is not None:
             metadata["world_size"] = rank_row["world_size"]
         with replacing_file(path) as temp, open(temp, "wb") as out:
@@ -174,5 +196,5 @@ def write_chakra(tables: TraceTables, out_dir: str | Path, prefix: str = "tracek
             for row in nodes.iter_rows(named=True):
                 out.write(delimited(node_message(row)))
         paths.append(path)
-    return paths
+    return ChakraExport(paths, graph.inferred())
 

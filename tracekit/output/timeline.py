@@ -5,7 +5,9 @@ CPU threads and GPU streams are tracks named in full ("rank 3 · GPU 0 · stream
 that overlap on one track (Perfetto's JSON importer since v51), so a track whose slices overlap is spread over
 sub-tracks ("... · 2"): on CPU threads a slice may nest inside another, on GPU tracks slices must be disjoint.
 Launch and sync edges become flows whose ends sit inside their slices; with the critical path, a
-"rank R · critical path" process holds its segments, and flows follow the path from event to event.
+"rank R · critical path" process holds its segments (titled by category and event), and flows follow the path from
+event to event. Every flow runs forward in time, from the end of one piece of work to the start of the next
+(Catapult drops a flow whose end precedes its start: `flow_slice_ordering_error`).
 
 What is shown and how it is written is SQL (queries/export/timeline_*.sql); this module assigns sub-tracks (a
 sweep in time order, which SQL cannot express as a join) and numbers processes, tracks and flows. Other writers
@@ -36,6 +38,7 @@ class TimelineSummary:
     tracks: int
     flows: int
     path_segments: int
+    flows_left_out: int = 0  # arrows no forward pair of points inside their slices could draw (not written)
 
 
 def sub_track_of(rows: list[tuple[int, int, bool]]) -> list[int]:
@@ -118,9 +121,12 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
         else:
             con.register("timeline_path", pa.table({"rank": pa.array([], pa.int32()), "step": pa.array([], pa.int64()),
                                                     "position": pa.array([], pa.int64()),
-                                                    "event_id": pa.array([], pa.int64())}))
-        flows = pl.from_arrow(con.sql(ready(con, "export/timeline_flows"), params={"base": base})
-                              .to_arrow_table())
+                                                    "event_id": pa.array([], pa.int64()),
+                                                    "start_ns": pa.array([], pa.int64()),
+                                                    "end_ns": pa.array([], pa.int64())}))
+        arrows = pl.from_arrow(con.sql(ready(con, "export/timeline_flows"), params={"base": base})
+                               .to_arrow_table())
+        flows = arrows.filter("forward").drop("forward")
         path_slices = (pl.from_arrow(con.sql(ready(con, "export/timeline_path"), params={"base": base})
                                      .to_arrow_table()) if critical_path and not path_rows.is_empty() else None)
 
@@ -155,4 +161,4 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
 
     write_output_file(path, write, inputs)
     return TimelineSummary(Path(path), slices.height, tracks.height, flows.height,
-                           0 if path_slices is None else path_slices.height)
+                           0 if path_slices is None else path_slices.height, arrows.height - flows.height)
