@@ -43,7 +43,8 @@ create or replace macro rank_devices() as table
     select p.rank, p.device_name, p.num_sms, c.device,
            case
                when c.device is not null then null
-               when p.device_name is null then 'unknown device: the trace has no deviceProperties name; give --peak FILE'
+               when coalesce(p.device_name, '') = '' then 'unknown device: the trace''s deviceProperties give no name; '
+                                                           || 'give --peak FILE'
                else 'unknown device: ' || p.device_name || ' matches no row of the device peaks table; give --peak FILE'
            end as peak_note
     from props p left join candidates c on c.rank = p.rank and c.choice = 1;
