@@ -118,6 +118,31 @@ def collective_measures(con, side: Side, section: Section, warmup: tuple[int, ..
     return pl.concat([sums, bandwidth.select(sums.columns).cast(sums.schema)])
 
 
+def op_rate_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Calls and kernel time of each modelled op call shape (op_perf, shapes nested in another modelled call left out
+    so that no kernel counts twice), and the TFLOP/s achieved: the shape's FLOPs over its kernel time (over all
+    ranks, and per rank where the section is). No per-step values: the rate is judged on the whole capture."""
+    shapes = result(side, "op_perf")
+    if shapes is None:
+        return empty_measures(section)
+    shapes = shapes.filter(~pl.col("nested") & pl.col("gflops_per_call").is_not_null())
+
+    def per_key(index: list[str]) -> pl.DataFrame:
+        return (shapes.group_by(*index, *section.keys, maintain_order=True)
+                .agg(count=pl.col("count").sum(), kernel_total_us=pl.col("kernel_total_us").sum(),
+                     gflop=(pl.col("count") * pl.col("gflops_per_call")).sum()))
+
+    sums = additive_measures(con, section, per_key(["rank"]), None, steady(side.steps, warmup))
+    rates = [per_key([]).with_columns(rank=pl.lit(None, pl.Int32))] + ([per_key(["rank"])] if section.per_rank else [])
+    rate = pl.concat([r.select(pl.col("rank").cast(pl.Int32), *section.keys,
+                               value=pl.when(pl.col("kernel_total_us") > 0)
+                               .then(pl.col("gflop") / pl.col("kernel_total_us") * 1e3))  # GFLOP/µs = 1000 TFLOP/s
+                      for r in rates])
+    rate = keyed(rate, section).with_columns(metric=pl.lit("tflops_per_s"),
+                                             samples=pl.lit(None, pl.List(pl.Float64)))
+    return pl.concat([sums, rate.select(sums.columns).cast(sums.schema)])
+
+
 def timeline_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
     """GPU time per category (gpu_timeline), with its per-step values from `steps`."""
     totals, steps = result(side, "gpu_timeline"), result(side, "steps")
