@@ -215,3 +215,66 @@ def test_hand_computed_flops_and_bytes(constructed, name):
     assert row["kernel_total_us"] == pytest.approx(10)
     assert row["tflops_per_s"] == pytest.approx(gflops * 1e9 / 10e-6 / 1e12)
     assert row["device"] == "H200"
+
+
+# Collectives: nccl-tests' bus bandwidth factors, the algorithm from the kernel name, the link peak of the datasheet.
+NCCL_TESTS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                     "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+                     "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0}
+
+
+@pytest.mark.parametrize("trace, device, link", [
+    ("nvidia/a100_nccl_rank0of2.json.gz", "A100 40GB", 300.0),  # NVLink 3: 600 GB/s total
+    ("multirank/dlrm_8ranks_v100/worker0.pt.trace.json.gz", "V100 SXM2", 150.0),  # NVLink 2: 300 GB/s total
+])
+def test_collective_bus_bandwidth_and_link_share(trace, device, link):
+    tables = tracekit.load(shared_trace(trace))
+    calls = analyses.run(tables, "collective_perf")
+    assert calls.height > 0
+    kernels = {(r, g, q): k for r, g, q, k in
+               tables.sql("select rank, process_group, seq, kernel_name from collectives").iter_rows()}
+    for row in calls.filter(pl.col("algbw_gbps").is_not_null()).iter_rows(named=True):
+        n = row["group_size"]
+        assert row["bus_factor"] == pytest.approx(NCCL_TESTS_FACTOR[row["collective"]](n))
+        assert row["busbw_gbps"] == pytest.approx(row["bytes"] / (row["duration_us"] * 1e3) * row["bus_factor"])
+        assert row["device"] == device and row["link_peak_gbps"] == link
+        assert row["percent_of_link_peak"] == pytest.approx(100 * row["busbw_gbps"] / link)
+        name = kernels[(row["rank"], row["process_group"], row["seq"])]
+        assert f"_{row['algorithm']}_{row['protocol']}" in name  # e.g. ncclKernel_AllReduce_RING_LL_Sum_float
+
+
+def test_generic_rccl_kernels_have_no_algorithm():
+    calls = analyses.run(tracekit.load(shared_trace("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")),
+                         "collective_perf")
+    assert calls.height > 0 and calls["algorithm"].null_count() == calls.height
+    assert set(calls["device"]) == {"MI300X"} and set(calls["link_peak_gbps"]) == {448.0}
+
+
+def test_roofline_points_and_sheet(tmp_path):
+    """The roofline analysis: shapes counted once (no nested rows), time shares adding to 100%, roof points on the
+    datasheet's lines; the report's Roofline sheet holds a log-log scatter chart of them."""
+    from openpyxl import load_workbook
+
+    trace = shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz")
+    tables = tracekit.load(trace)
+    roof = analyses.run(tables, "roofline")
+    shapes = roof.filter(pl.col("series") == "op shapes")
+    op_perf = analyses.run(tables, "op_perf").filter(~pl.col("nested") & (pl.col("gflops_per_call") > 0))
+    assert shapes.height == op_perf.height
+    assert shapes["percent_of_time"].sum() == pytest.approx(100)
+    matrix = roof.filter(pl.col("series") == "roof: matrix bf16").sort("arithmetic_intensity")
+    assert matrix["tflops_per_s"].to_list() == pytest.approx([0.01 * 3.35, 989.4, 989.4])
+    assert matrix["arithmetic_intensity"][1] == pytest.approx(989.4 / 3.35)
+
+    out = tmp_path / "report"
+    from tracekit.output.workbooks import write_reports
+    write_reports(tables, out)
+    book = load_workbook(out / "rank0.xlsx")
+    assert "Roofline" in book.sheetnames and "Perf GEMM" in book.sheetnames
+    import zipfile
+    with zipfile.ZipFile(out / "rank0.xlsx") as z:
+        charts = [z.read(n).decode() for n in z.namelist() if n.startswith("xl/charts/chart")]
+    scatter = [c for c in charts if "<c:scatterChart>" in c]
+    assert len(scatter) == 1
+    assert scatter[0].count("<c:logBase val=\"10\"/>") == 2  # both axes
+    assert scatter[0].count("<c:ser>") == 1 + 2  # op shapes, matrix and vector roofs
