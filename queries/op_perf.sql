@@ -88,7 +88,7 @@ grouped as (  -- shapes are parsed once per distinct shape, not per call
     from calls
     group by all
 ),
-shaped as (
+shaped as materialized (
     select *, try_cast(input_dims as bigint[][]) as dims, try_cast(input_type as varchar[]) as types,
            try_cast(concrete_inputs as varchar[]) as conc
     from grouped

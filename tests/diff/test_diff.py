@@ -442,9 +442,7 @@ def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, tmp_path):
     # Every measure with per-step values is unchanged (identical steps); GPU time with no launcher has none.
     stepped = result.measures.filter(pl.col("n_base") > 0)
     assert set(stepped["verdict"].drop_nulls()) == {"unchanged"} and stepped.height > 500
-    # op_rates judges achieved TFLOP/s on the whole capture: it has no per-step values by design
-    unstepped = result.measures.filter((pl.col("n_base") == 0) & (pl.col("section") != "op_rates"))
-    assert set(unstepped["item"]) <= {"no_launcher_excluded"}
+    assert set(result.measures.filter(pl.col("n_base") == 0)["item"]) <= {"no_launcher_excluded"}
 
 
 def test_noisy_candidate_whose_steps_all_exceed_the_baseline_is_slower(tmp_path):
@@ -522,8 +520,8 @@ def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
     frames = diff.compare(diff.Side("a", {}), diff.Side("b", {})).workbook_frames()
     formats = report.style().formats
     spec = report.workbook_spec("diff")
-    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Kernels", "Categories",
-                                             "Collectives", "Critical path", "One side only"]
+    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Op rates", "Kernels",
+                                             "Categories", "Collectives", "Critical path", "One side only"]
     for sheet in spec.sheets:
         for block in sheet.blocks:
             assert block.query in frames, (sheet.name, block.query)
@@ -533,3 +531,10 @@ def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
                 assert column.format is None or column.format in formats, (sheet.name, column.format)
             if block.chart:
                 assert {block.chart.categories, *block.chart.values} <= set(columns), sheet.name
+
+
+def test_op_rates_sees_the_slowed_softmax_lose_a_third_of_its_tflops(slowed_diff):
+    """The softmax kernel runs 1.5× longer: its op's achieved TFLOP/s falls to 1/1.5 (−33%), FLOPs unchanged."""
+    softmax = slowed_diff.sections["op_rates"].filter(pl.col("name") == "aten::softmax").row(0, named=True)
+    assert softmax["verdict"] == "slower" and softmax["category"] == "Reduce"
+    assert softmax["percent_delta_tflops_per_s"] == pytest.approx(100 * (1 / 1.5 - 1), abs=5)

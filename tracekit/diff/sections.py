@@ -106,7 +106,8 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
     # achieved TFLOP/s per modelled op call shape (op_perf; docs/perf_models.md)
     Section("op_rates", "op_perf", {"name": pl.String, "input_dims": pl.String, "input_type": pl.String},
             (COUNT, sum_us("kernel_total_us", "kernel"), Metric("tflops_per_s", -1, "mean", 0.01, "TFLOP/s")),
-            ("tflops_per_s", "kernel_total_us"), False, ("category",), measures=op_rate_measures),
+            ("tflops_per_s", "kernel_total_us"), False, ("category",), per_step_source="op_perf",
+            measures=op_rate_measures),
     Section("kernels", "kernel_summary", {"kernel_name": pl.String}, (COUNT, sum_us("total_us", "kernel")),
             ("total_us",), False, ("category",), per_step_source="kernel_summary", metric_name="kernel:NAME",
             top_changes="unless_kernel_names_differ"),
