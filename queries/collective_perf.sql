@@ -33,8 +33,9 @@ link_peaks as (
     select device, max(link_gb_per_s) as link_peak_gbps from device_peaks group by device
 ),
 named as (
-    select *, regexp_extract(kernel_name, '_(RING|TREE|NVLS_TREE|NVLS|COLLNET_DIRECT|COLLNET_CHAIN|PAT)_(LL128|LL|SIMPLE)',
-                             ['algorithm', 'protocol']) as parts
+    select *,
+           regexp_extract(kernel_name, '_(RING|TREE|NVLS_TREE|NVLS|COLLNET_DIRECT|COLLNET_CHAIN|PAT)_(LL128|LL|SIMPLE)',
+                          ['algorithm', 'protocol']) as parts
     from collectives
 )
 select c.rank, c.process_group, c.seq, c.collective,

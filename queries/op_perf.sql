@@ -8,6 +8,8 @@
 --     UnaryElementwise, BinaryElementwise, Reduce, Reduce_bwd
 --   input_dims: compact JSON text, Input Dims of the calls (a GEMM backward node: of its forward op)
 --   input_type: compact JSON text, Input type of the calls
+--   concrete_inputs: compact JSON text, Concrete Inputs of the calls (stride, padding, causal, dims, ...); null for
+--     GEMM rows (gemm does not split by them)
 --   nested: true when the calls run inside another modelled call (aten::linear → aten::addmm, aten::layer_norm →
 --     aten::native_layer_norm): sum rows with false to count each op once
 --   compute_spec: matrix_DTYPE (GEMM, SDPA, CONV) or vector_DTYPE (the rest): the peak the op is held to
@@ -248,21 +250,29 @@ reduce as (
           from reduce_args)
 ),
 modelled as (
-    select rank, name, family as category, input_dims, input_type, nested, compute_spec, count, kernel_ns, flops, bytes
+    select rank, name, family as category, input_dims, input_type, concrete_inputs, nested, compute_spec, count,
+           kernel_ns, flops, bytes
     from sdpa
     union all
-    select rank, name, family, input_dims, input_type, nested, compute_spec, count, kernel_ns, flops, bytes from conv
+    select rank, name, family, input_dims, input_type, concrete_inputs, nested, compute_spec, count, kernel_ns, flops,
+           bytes
+    from conv
     union all
-    select rank, name, family, input_dims, input_type, nested, compute_spec, count, kernel_ns, flops, bytes from norm
+    select rank, name, family, input_dims, input_type, concrete_inputs, nested, compute_spec, count, kernel_ns, flops,
+           bytes
+    from norm
     union all
-    select rank, name, if(is_binary, 'BinaryElementwise', 'UnaryElementwise'), input_dims, input_type, nested,
-           compute_spec, count, kernel_ns, flops, bytes from elementwise
+    select rank, name, if(is_binary, 'BinaryElementwise', 'UnaryElementwise'), input_dims, input_type,
+           concrete_inputs, nested, compute_spec, count, kernel_ns, flops, bytes
+    from elementwise
     union all
-    select rank, name, if(family = 'Softmax', 'Reduce', family), input_dims, input_type, nested, compute_spec, count,
-           kernel_ns, flops, bytes from reduce
+    select rank, name, if(family = 'Softmax', 'Reduce', family), input_dims, input_type, concrete_inputs, nested,
+           compute_spec, count, kernel_ns, flops, bytes
+    from reduce
     union all
-    select rank, name, 'GEMM', input_dims, input_type, nested_in_gemm,
-           'matrix_' || spec_dtype(try_cast(input_type as varchar[])[if(op_base_name(name) in ('addmm', 'baddbmm'), 2, 1)]),
+    select rank, name, 'GEMM', input_dims, input_type, null, nested_in_gemm,
+           'matrix_' || spec_dtype(try_cast(input_type as varchar[])[if(op_base_name(name) in ('addmm', 'baddbmm'),
+                                                                         2, 1)]),
            count, round(kernel_total_us * 1e3)::bigint, gflops_per_call * 1e9, bytes_per_call::double
     from gemm
 ),
@@ -275,7 +285,8 @@ peaked as (
     left join rank_devices() d on d.rank = m.rank
     left join device_peaks p on p.device = d.device and p.dtype = split_part(m.compute_spec, '_', 2)
 )
-select rank, name, category, json(input_dims)::varchar as input_dims, json(input_type)::varchar as input_type, nested,
+select rank, name, category, json(input_dims)::varchar as input_dims, json(input_type)::varchar as input_type,
+       json(concrete_inputs)::varchar as concrete_inputs, nested,
        compute_spec, count,
        flops / 1e9 as gflops_per_call,
        bytes as bytes_per_call,
@@ -299,4 +310,5 @@ select rank, name, category, json(input_dims)::varchar as input_dims, json(input
                                                 || ' on ' || device
        end as peak_note
 from peaked
-order by rank, kernel_total_us desc, name, input_dims, nested
+order by rank, kernel_total_us desc, name, input_dims, input_type, concrete_inputs, nested, gflops_per_call,
+         bytes_per_call, count

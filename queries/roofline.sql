@@ -55,4 +55,4 @@ union all
 select rank, series, null, null, null, compute_spec, null, null, null, arithmetic_intensity, tflops_per_s, null, null
 from roof_points
 order by rank, series = 'op shapes' desc, kernel_total_us desc nulls last, series, arithmetic_intensity, name,
-         input_dims
+         input_dims, compute_spec, count, tflops_per_s, percent_of_peak

@@ -16,7 +16,7 @@ from tracekit.engine import peaks
 from tracekit.errors import InputError
 from tracekit.query import analyses
 
-# TraceLens's CSV folder → the traces it was made from (the vLLM decode CSVs: the graph replay merged with its capture)
+# TraceLens's CSV folder → the traces it was made from (vLLM decode: the graph replay merged with its capture)
 TRACELENS = {
     "nvidia/h100_qwen1.5-0.5b": ["nvidia/h100_qwen1.5-0.5b"],
     "nvidia/h100_bert-small": ["nvidia/h100_bert-small"],
