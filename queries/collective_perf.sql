@@ -1,5 +1,5 @@
 -- question: Which algorithm did each collective call run, what bus bandwidth did it reach, and how far is that from the GPU's link peak?
--- inputs: collectives, ranks, device_peaks
+-- inputs: collectives, events, edges, ranks, device_peaks
 -- includes: lib/collectives, lib/peaks
 -- columns:
 --   rank: rank
