@@ -41,10 +41,12 @@ family_names as (  -- per distinct op name: regexes are cheaper on a few names t
         case
             when name in ('aten::_scaled_dot_product_flash_attention', 'aten::_scaled_dot_product_efficient_attention',
                           'aten::_scaled_dot_product_cudnn_attention', 'aten::scaled_dot_product_attention',
-                          'aten::_scaled_dot_product_flash_attention_for_cpu') then 'SDPA_fwd'
+                          'aten::_scaled_dot_product_flash_attention_for_cpu', 'aten::_flash_attention_forward',
+                          'aten::_efficient_attention_forward', 'flash_attn::_flash_attn_forward') then 'SDPA_fwd'
             when name in ('aten::_scaled_dot_product_flash_attention_backward',
                           'aten::_scaled_dot_product_efficient_attention_backward',
-                          'aten::_scaled_dot_product_cudnn_attention_backward') then 'SDPA_bwd'
+                          'aten::_scaled_dot_product_cudnn_attention_backward', 'aten::_flash_attention_backward',
+                          'flash_attn::_flash_attn_backward') then 'SDPA_bwd'
             when name in ('aten::convolution', 'aten::_convolution', 'aten::conv1d', 'aten::conv2d', 'aten::conv3d',
                           'aten::cudnn_convolution', 'aten::miopen_convolution') then 'CONV_fwd'
             when name = 'aten::convolution_backward' then 'CONV_bwd'
@@ -95,18 +97,29 @@ shaped as materialized (
            try_cast(concrete_inputs as varchar[]) as conc
     from grouped
 ),
--- attention: Q, K, V as [B, H, N, d]; FLOPs 2·B·Hq·Nq·Nkv·(d_qk + d_v), halved when causal; backward 2.5 × forward
+-- attention: Q, K, V as [B, H, N, d] (flash-style ops write [B, N, H, d]: transposed here); FLOPs
+-- 2·B·Hq·Nq·Nkv·(d_qk + d_v), halved when causal; backward 2.5 × forward
 sdpa_args as (
     select *,
            if(family = 'SDPA_bwd', 1, 0) as shift,
-           lower(conc[case name
-                           when 'aten::_scaled_dot_product_flash_attention' then 5
-                           when 'aten::_scaled_dot_product_flash_attention_for_cpu' then 5
-                           when 'aten::scaled_dot_product_attention' then 6
-                           when 'aten::_scaled_dot_product_flash_attention_backward' then 12
-                           when 'aten::_scaled_dot_product_efficient_attention_backward' then 12
-                           when 'aten::_scaled_dot_product_cudnn_attention_backward' then 15
-                           else 7 end]) = 'true' as causal
+           name in ('aten::_flash_attention_forward', 'aten::_flash_attention_backward',
+                    'aten::_efficient_attention_forward', 'flash_attn::_flash_attn_forward',
+                    'flash_attn::_flash_attn_backward') as bnhd,
+           case name
+               when 'aten::_efficient_attention_forward' then coalesce(conc[10], '0') not in ('0', '')
+               else lower(conc[case name
+                                   when 'aten::_scaled_dot_product_flash_attention' then 5
+                                   when 'aten::_scaled_dot_product_flash_attention_for_cpu' then 5
+                                   when 'aten::scaled_dot_product_attention' then 6
+                                   when 'aten::_flash_attention_forward' then 9
+                                   when 'flash_attn::_flash_attn_forward' then 6
+                                   when 'aten::_scaled_dot_product_flash_attention_backward' then 12
+                                   when 'aten::_scaled_dot_product_efficient_attention_backward' then 12
+                                   when 'aten::_flash_attention_backward' then 12
+                                   when 'flash_attn::_flash_attn_backward' then 12
+                                   when 'aten::_scaled_dot_product_cudnn_attention_backward' then 15
+                                   else 7 end]) = 'true'
+           end as causal
     from shaped where family in ('SDPA_fwd', 'SDPA_bwd')
 ),
 sdpa as (
@@ -116,8 +129,13 @@ sdpa as (
            ((dims_numel(q) + dims_numel(k) + dims_numel(v) + q[1] * q[2] * q[3] * v[4])
                * if(family = 'SDPA_bwd', 2, 1) * dtype_bytes(types[1 + shift]))::double as bytes,
            'matrix_' || spec_dtype(types[1 + shift]) as compute_spec
-    from (select *, dims[1 + shift] as q, dims[2 + shift] as k, dims[3 + shift] as v from sdpa_args)
-    where len(q) = 4 and len(k) = 4 and len(v) = 4
+    from (select *,
+                 if(bnhd, [q_raw[1], q_raw[3], q_raw[2], q_raw[4]], q_raw) as q,
+                 if(bnhd, [k_raw[1], k_raw[3], k_raw[2], k_raw[4]], k_raw) as k,
+                 if(bnhd, [v_raw[1], v_raw[3], v_raw[2], v_raw[4]], v_raw) as v
+          -- varlen calls (cu_seqlens given) write Q as [total tokens, H, d]: 3 dims, no per-sequence lengths
+          from (select *, dims[1 + shift] as q_raw, dims[2 + shift] as k_raw, dims[3 + shift] as v_raw from sdpa_args)
+          where len(q_raw) = 4 and len(k_raw) = 4 and len(v_raw) = 4)
 ),
 -- convolution: MACs = output elements · (C_in / groups) · kernel elements; FLOPs 2·MACs (+ a bias add per output)
 conv_args as (

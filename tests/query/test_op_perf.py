@@ -278,3 +278,15 @@ def test_roofline_points_and_sheet(tmp_path):
     assert len(scatter) == 1
     assert scatter[0].count("<c:logBase val=\"10\"/>") == 2  # both axes
     assert scatter[0].count("<c:ser>") == 1 + 2  # op shapes, matrix and vector roofs
+
+
+def test_flash_layout_op_costs_what_its_sdpa_caller_does():
+    """aten::_flash_attention_forward writes Q, K, V as [B, N, H, d] under the SDPA ops' [B, H, N, d]: the same
+    attention, so the same FLOPs and bytes (TraceLens's SDPA_fwd row: 10.239377408 GFLOP, 69.875 MiB)."""
+    ours = analyses.run(tracekit.load(shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz")), "op_perf")
+    sdpa = ours.filter(pl.col("category") == "SDPA_fwd")
+    assert set(sdpa["name"]) == {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+                                 "aten::_flash_attention_forward"}
+    assert sdpa["gflops_per_call"].to_list() == pytest.approx([10.239377408] * 3)
+    assert sdpa["bytes_per_call"].to_list() == pytest.approx([69.875 * 2**20] * 3)
+    assert sdpa.filter(~pl.col("nested"))["name"].to_list() == ["aten::scaled_dot_product_attention"]
