@@ -243,9 +243,30 @@ def test_collective_bus_bandwidth_and_link_share(trace, device, link):
         assert f"_{row['algorithm']}_{row['protocol']}" in name  # e.g. ncclKernel_AllReduce_RING_LL_Sum_float
 
 
-def test_generic_rccl_kernels_have_no_algorithm():
-    calls = analyses.run(tracekit.load(shared_trace("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")),
-                         "collective_perf")
+@pytest.fixture(scope="module")
+def resnet():
+    """ResNet training on an MI300X (rank 0 of 8): convolutions, batch norms and RCCL collectives."""
+    return analyses.run_all(tracekit.load(shared_trace("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")),
+                            ["op_perf", "collective_perf"])
+
+
+def test_the_ops_of_one_convolution_agree(resnet):
+    """conv2d → convolution → _convolution → miopen_convolution: four argument layouts (miopen's puts padding before
+    stride), one convolution, so one FLOP and byte count per call shape; the 3×3 one worked out by hand."""
+    conv = resnet["op_perf"].filter(pl.col("category") == "CONV_fwd")
+    per_call = conv.group_by("count", "kernel_total_us").agg(
+        pl.col("name").n_unique(), pl.col("gflops_per_call").n_unique(), pl.col("bytes_per_call").n_unique(),
+        pl.col("nested").sum())
+    assert per_call.height > 5
+    assert set(per_call.select(pl.col("name"), pl.col("gflops_per_call"), pl.col("bytes_per_call"), pl.col("nested"))
+               .iter_rows()) == {(4, 1, 1, 3)}
+    first = conv.filter((pl.col("name") == "aten::miopen_convolution")
+                        & (pl.col("input_dims") == "[[10,64,56,56],[64,64,3,3],[],[],[],[],[],[],[]]"))
+    assert first["gflops_per_call"][0] == pytest.approx(2 * 10 * 64 * 56 * 56 * 64 * 9 / 1e9)  # stride 1, pad 1
+
+
+def test_generic_rccl_kernels_have_no_algorithm(resnet):
+    calls = resnet["collective_perf"]
     assert calls.height > 0 and calls["algorithm"].null_count() == calls.height
     assert set(calls["device"]) == {"MI300X"} and set(calls["link_peak_gbps"]) == {448.0}
 
