@@ -188,7 +188,8 @@ HAND = {  # name: (events, GFLOP, bytes)
         op("aten::mul", 90, 5, [[16, 1, 64], [8, 1]], [BF16, BF16]),
         16 * 8 * 64 / 1e9, (16 * 64 + 8 + 16 * 8 * 64) * 2),  # broadcast to 16×8×64
     "aten::sum": (
-        op("aten::sum", 110, 6, [[4, 6, 5], [], [], []], [F32, "ScalarList", "Scalar", ""], ["", "[0, -1]", "False", ""]),
+        op("aten::sum", 110, 6, [[4, 6, 5], [], [], []], [F32, "ScalarList", "Scalar", ""],
+           ["", "[0, -1]", "False", ""]),
         4 * 6 * 5 / 1e9, (4 * 6 * 5 + 6) * 4),
     "aten::_softmax": (
         op("aten::_softmax", 130, 7, [[4, 1000], [], []], [BF16, "Scalar", "Scalar"], ["", "-1", "True"]),
