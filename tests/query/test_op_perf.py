@@ -312,3 +312,41 @@ def test_flash_layout_op_costs_what_its_sdpa_caller_does():
     assert sdpa["gflops_per_call"].to_list() == pytest.approx([10.239377408] * 3)
     assert sdpa["bytes_per_call"].to_list() == pytest.approx([69.875 * 2**20] * 3)
     assert sdpa.filter(~pl.col("nested"))["name"].to_list() == ["aten::scaled_dot_product_attention"]
+
+
+@pytest.mark.parametrize("command", ["run", "sql", "report"])
+def test_cli_refuses_a_bad_peak_file_before_reading_traces(command, tmp_path):
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    trace = str(shared_trace("nvidia/h100_bert-small.json.gz"))
+    bad = tmp_path / "peaks.csv"
+    bad.write_text("device,dtype\nX,bf16\n")
+    args = {"run": ["run", "op_perf", trace], "sql": ["sql", "from op_perf", trace],
+            "report": ["report", trace, "-o", str(tmp_path / "out")]}[command]
+    result = CliRunner().invoke(main, [*args, "--peak", str(bad)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"tracekit: error: {bad}: peaks CSV lacks column(s) name_pattern, num_sms, "
+                                          "matrix_tflops, vector_tflops, hbm_tb_per_s, link_gb_per_s, source "
+                                          f"(columns: {', '.join(peaks.COLUMNS)})"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_peak_file_is_what_percent_of_peak_uses(tmp_path):
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+
+    trace = str(shared_trace("nvidia/h100_bert-small.json.gz"))
+    path = tmp_path / "peaks.csv"
+    path.write_text(",".join(peaks.COLUMNS) + "\n" + "Mine,H100,,bf16,100,10,1.0,,my measurement\n")
+    out = tmp_path / "op_perf.csv"
+    result = CliRunner().invoke(main, ["run", "op_perf", trace, "--peak", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = pl.read_csv(out).filter(pl.col("compute_spec") == "matrix_bf16")
+    assert set(rows["device"]) == {"Mine"} and set(rows["peak_tflops_per_s"]) == {100.0}
+    assert "\n" not in "".join(rows["input_dims"])  # compact text in CSV
+    refused = CliRunner().invoke(main, ["report", trace, "-o", str(tmp_path / "r"), "--peak", str(path),
+                                        "--scheduler", "local:1"])
+    assert refused.exit_code == 2 and "--peak: not supported with --scheduler" in refused.stderr
