@@ -23,7 +23,9 @@
 with
 shapes as (
     select rank, 'op shapes' as series, name, category, input_dims, compute_spec, count, kernel_total_us,
-           100 * kernel_total_us / sum(kernel_total_us) over (partition by rank) as percent_of_time,
+           -- summed in integer ns: the same bits in any order
+           100 * kernel_total_us / (sum(round(kernel_total_us * 1e3)::bigint) over (partition by rank) / 1e3)
+               as percent_of_time,
            arithmetic_intensity, tflops_per_s, bound, percent_of_peak
     from op_perf
     where not nested and gflops_per_call > 0 and kernel_total_us > 0 and bytes_per_call > 0
