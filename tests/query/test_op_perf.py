@@ -242,6 +242,13 @@ def test_collective_bus_bandwidth_and_link_share(trace, device, link):
         assert row["percent_of_link_peak"] == pytest.approx(100 * row["busbw_gbps"] / link)
         name = kernels[(row["rank"], row["process_group"], row["seq"])]
         assert f"_{row['algorithm']}_{row['protocol']}" in name  # e.g. ncclKernel_AllReduce_RING_LL_Sum_float
+    summary = analyses.run(tables, "collective_perf_summary")
+    assert summary["calls"].sum() == calls.height
+    for row in summary.filter(pl.col("busbw_median_gbps").is_not_null()).iter_rows(named=True):
+        same = calls.filter((pl.col("collective") == row["collective"]) & (pl.col("bytes") == row["bytes"])
+                            & (pl.col("dtype") == row["dtype"]) & (pl.col("process_group") == row["process_group"]))
+        assert row["busbw_median_gbps"] == pytest.approx(same["busbw_gbps"].median())
+        assert row["percent_of_link_peak_median"] == pytest.approx(100 * same["busbw_gbps"].median() / link)
 
 
 @pytest.fixture(scope="module")
