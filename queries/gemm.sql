@@ -3,9 +3,10 @@
 -- includes: lib/categories, lib/launches, lib/types
 -- columns:
 --   rank: rank
---   name: op name (aten::mm, addmm, bmm, baddbmm, matmul, linear, _scaled_mm, or a GEMM autograd node such as AddmmBackward0)
---   input_dims: JSON text, Input Dims of the calls (for a backward node: of its forward op)
---   input_type: JSON text, Input type of the calls (for a backward node: of its forward op)
+--   name: op name (aten::mm, addmm, bmm, baddbmm, matmul, linear, _scaled_mm, vLLM's rocm_unquantized_gemm, or a GEMM
+--     autograd node such as AddmmBackward0)
+--   input_dims: compact JSON text, Input Dims of the calls (for a backward node: of its forward op)
+--   input_type: compact JSON text, Input type of the calls (for a backward node: of its forward op)
 --   nested_in_gemm: true when the calls run inside another GEMM op of this table (aten::linear → aten::addmm): sum rows with false to count each GEMM once
 --   bias: true when the call adds a bias (addmm, baddbmm, linear with a non-empty bias input; never a backward node)
 --   batch: batch count (bmm, baddbmm, matmul with batched second operand), 1 otherwise
@@ -23,7 +24,8 @@
 -- notes: Shapes are read from events.input_dims (JSON cast to BIGINT[][]), by op: mm/_scaled_mm (A[M,K], B[K,N]);
 --   addmm (bias, A[M,K], B[K,N]); bmm (A[b,M,K], B[b,K,N]); baddbmm (bias, A, B as bmm); matmul (A[...,M,K] or
 --   A[K], B[K,N] folds A's leading dims into M, B[...,K,N] with 3+ dims gives batch = larger leading product);
---   linear (input[...,K], weight[N,K], optional bias) with M = product of input's leading dims. A GEMM backward
+--   linear and vllm::rocm_unquantized_gemm (input[...,K], weight[N,K], optional bias) with M = product of input's
+--   leading dims. A GEMM backward
 --   node (AddmmBackward0, MmBackward0, ...) carries no shapes: it takes those of the forward op with the same
 --   sequence number and base name on the rank (the latest one starting before it), and counts twice the forward
 --   FLOPs (gradients of both operands; a bias gradient is a reduction and is not counted). Calls whose shapes
@@ -35,10 +37,12 @@
 --   TraceLens's GEMM.csv (bias counted as an input; MB there are MiB).
 with
 gemm_names as (  -- per distinct op name: regexes are cheaper on a few names than on every call
-    select name, op_base_name(name) as base,
+    -- vLLM's ROCm GEMM takes linear's arguments (input[...,K], weight[N,K], optional bias)
+    select name, if(name = 'vllm::rocm_unquantized_gemm', 'linear', op_base_name(name)) as base,
            regexp_matches(name, '^(Mm|Addmm|Bmm|Baddbmm|Matmul|Linear|ScaledMm)Backward\d*$') as is_backward
     from (select distinct name from op_calls())
     where regexp_matches(name, '^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm)$')
+       or name = 'vllm::rocm_unquantized_gemm'
        or regexp_matches(name, '^(Mm|Addmm|Bmm|Baddbmm|Matmul|Linear|ScaledMm)Backward\d*$')
 ),
 gemm_calls as materialized (
@@ -121,7 +125,8 @@ costed as (
                + batch * m * n * dtype_bytes(types[if(base in ('addmm', 'baddbmm'), 2, 1)]))::bigint as bytes
     from (select *, not is_backward and coalesce(len(bias_dims) > 0, false) as adds_bias from sized)
 ),
-select rank, name, input_dims, input_type, nested_in_gemm, adds_bias as bias,
+select rank, name, json(input_dims)::varchar as input_dims, json(input_type)::varchar as input_type,
+       nested_in_gemm, adds_bias as bias,
        batch, m, n, k, count,
        flops / 1e9 as gflops_per_call,
        kernel_ns / 1e3 as kernel_total_us,

@@ -520,8 +520,8 @@ def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
     frames = diff.compare(diff.Side("a", {}), diff.Side("b", {})).workbook_frames()
     formats = report.style().formats
     spec = report.workbook_spec("diff")
-    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Kernels", "Categories",
-                                             "Collectives", "Critical path", "One side only"]
+    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Op rates", "Kernels",
+                                             "Categories", "Collectives", "Critical path", "One side only"]
     for sheet in spec.sheets:
         for block in sheet.blocks:
             assert block.query in frames, (sheet.name, block.query)
@@ -531,3 +531,10 @@ def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
                 assert column.format is None or column.format in formats, (sheet.name, column.format)
             if block.chart:
                 assert {block.chart.categories, *block.chart.values} <= set(columns), sheet.name
+
+
+def test_op_rates_sees_the_slowed_softmax_lose_a_third_of_its_tflops(slowed_diff):
+    """The softmax kernel runs 1.5× longer: its op's achieved TFLOP/s falls to 1/1.5 (−33%), FLOPs unchanged."""
+    softmax = slowed_diff.sections["op_rates"].filter(pl.col("name") == "aten::softmax").row(0, named=True)
+    assert softmax["verdict"] == "slower" and softmax["category"] == "Reduce"
+    assert softmax["percent_delta_tflops_per_s"] == pytest.approx(100 * (1 / 1.5 - 1), abs=5)

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -162,6 +163,19 @@ def load_traces(paths: Iterable[str], rank: int | None = None) -> TraceTables:
     inputs = resolve_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
         return load(inputs, rank=rank, progress=progress)
+
+
+peak_option = click.option(
+    "--peak", "peak_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
+    help="Device peaks CSV replacing the shipped table (the columns of queries/data/device_peaks.csv): what op_perf's "
+         "percent_of_peak is measured against.")
+
+
+def read_peak_option(peak_file: Path | None):
+    """The --peak table (None: the shipped one), read before any trace so that a bad file fails first."""
+    from tracekit.engine.peaks import read_peaks
+
+    return None if peak_file is None else read_peaks(peak_file)
 
 
 scheduler_option = click.option(

@@ -10,7 +10,7 @@ import click
 import polars as pl
 
 from tracekit import schema, storage
-from tracekit.cli.app import main, open_database, stderr, stdout, user_errors
+from tracekit.cli.app import main, open_database, peak_option, read_peak_option, stderr, stdout, user_errors
 from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import path_kind
@@ -60,15 +60,16 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
 @click.option("-f", "--file", "query_file", type=click.Path(path_type=Path), default=None,
               help="Read the query from FILE (then every argument is an input).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@peak_option
 @output_options
 @user_errors
-def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
+def sql_command(query_and_inputs, query_file, rank, peak_file, fmt, out_path, max_rows):
     """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
     place). Without a QUERY, a prompt where each line is a query (from a pipe: each line of standard input).
 
     \b
     Tables: events, edges, instants, flows, threads, processes, ranks, diagnostics, et_nodes, et_tensors
-    (`tracekit schema`). Each analysis is a view of its name (`tracekit queries`): select * from op_summary.
+    (`tracekit schema`), and device_peaks (the devices' peak rates: docs/perf_models.md, --peak FILE). Each analysis is a view of its name (`tracekit queries`): select * from op_summary.
     Macros: ancestors(rank, id), descendants(rank, id), overlapping(rank, id), step_events(step), step_members(),
     gpu_ops(), op_calls(), step_windows(), op_category(name), ... (.macros at the prompt).
     """
@@ -76,7 +77,10 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     if not inputs:
         raise InputError("give at least one INPUT (trace file, directory of ranks, or ingested dataset)")
     check_output(fmt, out_path, inputs)
+    peak_table = read_peak_option(peak_file)
     with open_database(inputs, rank) as db:
+        if peak_table is not None:
+            db.use_peaks(peak_table)
         if query is None:
             from tracekit.cli.shell import run_shell
             run_shell(db, stdout, max_rows)
@@ -121,13 +125,17 @@ def queries_command():
 @click.option("--only-rank", "only_ranks", type=int, multiple=True,
               help="Run over this rank only (repeatable: several ranks).")
 @click.option("--step", type=int, default=None, help="Run over training step N only (ProfilerStep#N of each rank).")
+@peak_option
 @output_options
 @user_errors
-def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
+def run_command(name, traces, only_ranks, step, peak_file, fmt, out_path, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""
     if name not in catalog.available():
         raise InputError(f"{name}: no such analysis (one of: {', '.join(catalog.available())})")
     check_output(fmt, out_path, traces)
+    peak_table = read_peak_option(peak_file)
     with open_database(list(traces)) as db:
+        if peak_table is not None:
+            db.use_peaks(peak_table)
         frame = db.query(name, rank=list(only_ranks) or None, step=step)
     emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}")

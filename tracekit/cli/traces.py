@@ -14,12 +14,15 @@ from tracekit.cli.app import (
     load_traces,
     main,
     on_cluster,
+    peak_option,
+    read_peak_option,
     scheduler_option,
     stderr,
     stdout,
     user_errors,
     warn_about_failed_analyses,
 )
+from tracekit.errors import InputError
 from tracekit.output.files import local_output, refuse_input_dir, refuse_input_file
 from tracekit.output.terminal import QUERIES, print_summary
 from tracekit.output.terminal import progress_bar as analyses_progress
@@ -61,12 +64,16 @@ def ingest(traces, out_dir, rank, force, scheduler):
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
+@peak_option
 @scheduler_option
 @user_errors
-def report(traces, out_dir, rank, force, scheduler):
+def report(traces, out_dir, rank, force, peak_file, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
+    if scheduler and peak_file is not None:
+        raise InputError("--peak: not supported with --scheduler yet (the workers use the shipped device peaks)")
+    peak_table = read_peak_option(peak_file)
     if scheduler:
         from tracekit.cluster import runs
         with on_cluster(scheduler, traces) as (client, inputs):
@@ -74,7 +81,7 @@ def report(traces, out_dir, rank, force, scheduler):
         print_summary(stdout, done, paths, problems)
         warn_about_failed_analyses(done.failures)
         return
-    tables = load_traces(traces, rank)
+    tables = load_traces(traces, rank).with_peaks(peak_table)
     problems: list[str] = []
     with analyses_progress(stderr) as progress:
         done = run_analyses(tables, progress, extra=QUERIES)

@@ -118,6 +118,43 @@ def collective_measures(con, side: Side, section: Section, warmup: tuple[int, ..
     return pl.concat([sums, bandwidth.select(sums.columns).cast(sums.schema)])
 
 
+def op_rate_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Calls and kernel time of each modelled op call shape (op_perf, shapes nested in another modelled call left out
+    so that no kernel counts twice), and the TFLOP/s achieved: the shape's FLOPs over its kernel time, over the
+    capture and, as the verdict's samples, in each steady step (a step without the shape has no value, not 0)."""
+    shapes = result(side, "op_perf")
+    if shapes is None:
+        return empty_measures(section)
+
+    def per_key(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
+        return (frame.filter(~pl.col("nested") & pl.col("gflops_per_call").is_not_null())
+                .group_by(*index, *section.keys, maintain_order=True)
+                .agg(count=pl.col("count").sum(), kernel_total_us=pl.col("kernel_total_us").sum(),
+                     gflop=(pl.col("count") * pl.col("gflops_per_call")).sum())
+                .with_columns(tflops_per_s=pl.when(pl.col("kernel_total_us") > 0)  # GFLOP/µs = 1000 TFLOP/s
+                              .then(pl.col("gflop") / pl.col("kernel_total_us") * 1e3)))
+
+    per_step = side.per_step.get("op_perf")
+    sums = additive_measures(con, section, per_key(shapes, ["rank"]),
+                             per_key(per_step, ["rank", "step"]) if per_step is not None else None,
+                             steady(side.steps, warmup))
+    levels = [([], pl.lit(None, pl.Int32))] + ([(["rank"], pl.col("rank"))] if section.per_rank else [])
+    rate = pl.concat([per_key(shapes, index).select(rank.cast(pl.Int32).alias("rank"), *section.keys,
+                                                   value="tflops_per_s") for index, rank in levels])
+    if per_step is not None:
+        steps = steady(per_step, warmup)
+        samples = (pl.concat([per_key(steps, ["step", *index]).select(rank.cast(pl.Int32).alias("rank"), "step",
+                                                                      *section.keys, "tflops_per_s")
+                              for index, rank in levels])
+                   .sort("step").group_by("rank", *section.keys, maintain_order=True)
+                   .agg(samples=pl.col("tflops_per_s").drop_nulls().cast(pl.Float64)))
+        rate = rate.join(samples, on=["rank", *section.keys], how="left", nulls_equal=True)
+    else:
+        rate = rate.with_columns(samples=pl.lit(None, pl.List(pl.Float64)))
+    rate = keyed(rate, section).with_columns(metric=pl.lit("tflops_per_s"))
+    return pl.concat([sums, rate.select(sums.columns).cast(sums.schema)])
+
+
 def timeline_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
     """GPU time per category (gpu_timeline), with its per-step values from `steps`."""
     totals, steps = result(side, "gpu_timeline"), result(side, "steps")

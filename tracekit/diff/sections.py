@@ -20,6 +20,7 @@ from tracekit.diff.measures import (
     analysis_measures,
     collective_measures,
     critical_path_measures,
+    op_rate_measures,
     step_time_measures,
     timeline_measures,
 )
@@ -102,6 +103,11 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
             per_step_source="op_by_shape", metric_name="op:NAME", top_changes="yes"),
     Section("ops_by_shape", "op_by_shape", {"name": pl.String, "input_dims": pl.String, "input_type": pl.String},
             OP_METRICS, OP_DECIDERS, False, ("category",), per_step_source="op_by_shape"),
+    # achieved TFLOP/s per modelled op call shape (op_perf; docs/perf_models.md)
+    Section("op_rates", "op_perf", {"name": pl.String, "input_dims": pl.String, "input_type": pl.String},
+            (COUNT, sum_us("kernel_total_us", "kernel"), Metric("tflops_per_s", -1, "mean", 0.01, "TFLOP/s")),
+            ("tflops_per_s", "kernel_total_us"), False, ("category",), per_step_source="op_perf",
+            measures=op_rate_measures),
     Section("kernels", "kernel_summary", {"kernel_name": pl.String}, (COUNT, sum_us("total_us", "kernel")),
             ("total_us",), False, ("category",), per_step_source="kernel_summary", metric_name="kernel:NAME",
             top_changes="unless_kernel_names_differ"),

@@ -243,7 +243,8 @@ def preludes() -> str:
 
 def analysis_inputs(name: str) -> list[str]:
     """The other analyses NAME reads (its inputs named like a query that are not tables), in header order."""
-    return [i for i in load_query(name).inputs if i not in TraceTables.names() and re.fullmatch(r"[a-z_0-9]+", i)]
+    tables = set(TraceTables.names()) | set(TraceTables.reference_names())
+    return [i for i in load_query(name).inputs if i not in tables and re.fullmatch(r"[a-z_0-9]+", i)]
 
 
 def across_ranks(name: str) -> bool:
@@ -309,7 +310,7 @@ def prepare(con: duckdb.DuckDBPyConnection, query: str, problems: dict[str, str]
 @cache
 def viewable() -> frozenset[str]:
     """Analyses that read only tables and other analyses (every analysis at the top of queries/)."""
-    known = set(TraceTables.names()) | set(available())
+    known = set(TraceTables.names()) | set(TraceTables.reference_names()) | set(available())
     return frozenset(name for name in available() if set(load_query(name).inputs) <= known)
 
 

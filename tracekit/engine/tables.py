@@ -9,7 +9,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
-from tracekit.engine import connection
+from tracekit.engine import connection, peaks
 
 
 def _empty(name: str):
@@ -18,7 +18,11 @@ def _empty(name: str):
 
 @dataclass(frozen=True)
 class TraceTables:
-    """Every table of a trace set. Immutable: stages return new instances (`with_tables`)."""
+    """Every table of a trace set. Immutable: stages return new instances (`with_tables`).
+
+    `device_peaks` is no trace table but reference data every connection gets beside them (engine/peaks.py): the
+    shipped table unless one is given (`with_peaks`, the CLI's `--peak FILE`).
+    """
 
     events: pa.Table = _empty("events")
     instants: pa.Table = _empty("instants")
@@ -30,16 +34,27 @@ class TraceTables:
     edges: pa.Table = _empty("edges")
     et_nodes: pa.Table = _empty("et_nodes")
     et_tensors: pa.Table = _empty("et_tensors")
+    device_peaks: pa.Table | None = None
 
     @classmethod
     def names(cls) -> list[str]:
-        return [f.name for f in fields(cls)]
+        """The trace tables (schema.py), without the reference table."""
+        return [f.name for f in fields(cls) if f.name != peaks.TABLE]
+
+    @classmethod
+    def reference_names(cls) -> list[str]:
+        """Tables every connection has that no trace holds (queries read them like the trace tables)."""
+        return [peaks.TABLE]
 
     def items(self):
         return ((name, getattr(self, name)) for name in self.names())
 
     def with_tables(self, **tables: pa.Table) -> TraceTables:
         return replace(self, **{k: schema.conform(k, v) for k, v in tables.items()})
+
+    def with_peaks(self, table: pa.Table | None) -> TraceTables:
+        """The same tables with another device peaks table (None: the shipped one)."""
+        return replace(self, device_peaks=table)
 
     def polars(self, name: str) -> pl.DataFrame:
         return pl.from_arrow(getattr(self, name))
@@ -59,6 +74,7 @@ class TraceTables:
         con = con or connection.connect(threads or connection.threads_for_input(self.nbytes))
         for name, table in self.items():
             con.register(name, table)
+        con.register(peaks.TABLE, self.device_peaks if self.device_peaks is not None else peaks.default_peaks())
         return con
 
     def sql(self, query: str) -> pl.DataFrame:

@@ -93,7 +93,8 @@ def parse_block(raw: dict) -> Block:
         transpose=raw.get("transpose", False),
         chart=Chart(chart["type"], chart["categories"], tuple(chart["values"]), chart.get("title", ""),
                     chart.get("x_title", ""), chart.get("y_title", ""), chart.get("stacked", False),
-                    tuple(chart.get("skip", ()))) if chart else None,
+                    tuple(chart.get("skip", ())), chart.get("series_by"), tuple(chart.get("lines", ())),
+                    chart.get("log_axes", False)) if chart else None,
         more_columns=MoreColumns(more["values"], more["labels"], more["header"], more["format"], more.get("mark"))
         if more else None,
     )

@@ -108,6 +108,11 @@ class Chart:
     y_title: str = ""
     stacked: bool = False
     skip: tuple[str, ...] = ()  # category values moved to the end of the block and left out of the chart
+    # scatter: `categories` is the x column; with series_by, each run of rows with one value of that column is a
+    # series of its own (named by the value), drawn as a line when the value is in `lines`, else as markers
+    series_by: str | None = None
+    lines: tuple[str, ...] = ()
+    log_axes: bool = False
 
 
 @dataclass(frozen=True)
@@ -456,6 +461,23 @@ class WorkbookWriter:
             text = text.str.replace_all(ONE_LINE, "")
         return min(text.str.len_chars().max() or 0, MAX_CELL_CHARS)
 
+    @staticmethod
+    def add_series_runs(chart, spec: Chart, frame: pl.DataFrame, index: dict, sheet: str, first: int) -> None:
+        """One series per run of equal `series_by` values (rows first..): x from `categories`, y from the first of
+        `values`."""
+        x, y = index[spec.categories], index[next(v for v in spec.values if v in index)]
+        runs = (frame.with_row_index("__row").group_by(pl.col(spec.series_by).rle_id().alias("__run"))
+                .agg(pl.col(spec.series_by).first(), pl.col("__row").min().alias("start"),
+                     pl.col("__row").max().alias("end")).sort("start"))
+        for label, start, end in runs.select(spec.series_by, "start", "end").iter_rows():
+            series = {"name": str(label), "categories": [sheet, first + start, x, first + end, x],
+                      "values": [sheet, first + start, y, first + end, y]}
+            if label in spec.lines:
+                series |= {"line": {"width": 2}, "marker": {"type": "none"}}
+            else:
+                series |= {"marker": {"type": "circle", "size": 5}, "line": {"none": True}}
+            chart.add_series(series)
+
     def insert_chart(self, ws, top: int, spec: Chart, columns: list[Column], frame: pl.DataFrame, name: str) -> int:
         """A native chart to the right of the table; returns the first row below it."""
         index = {c.col: i for i, c in enumerate(columns)}
@@ -473,7 +495,9 @@ class WorkbookWriter:
         chart = self.book.add_chart(options)
         first, last = top + 1, top + charted
         sheet = name.replace("'", "''")
-        for value in spec.values:
+        if spec.series_by is not None and spec.series_by in frame.columns:
+            self.add_series_runs(chart, spec, frame.head(charted), index, sheet, first)
+        for value in (() if spec.series_by is not None else spec.values):
             if value not in index:
                 continue
             series = {
@@ -486,11 +510,12 @@ class WorkbookWriter:
             chart.add_series(series)
         chart.set_title({"name": spec.title} if spec.title else {"none": True})
         if spec.type != "pie":
-            chart.set_x_axis({"name": spec.x_title} if spec.x_title else {})
-            chart.set_y_axis({"name": spec.y_title} if spec.y_title else {})
+            log = {"log_base": 10, "crossing": "min"} if spec.log_axes else {}
+            chart.set_x_axis({**({"name": spec.x_title} if spec.x_title else {}), **log})
+            chart.set_y_axis({**({"name": spec.y_title} if spec.y_title else {}), **log})
             if spec.type == "bar":
                 chart.set_y_axis({"reverse": True})  # first row on top, as in the table
-            if len(spec.values) == 1:
+            if len(spec.values) == 1 and spec.series_by is None:
                 chart.set_legend({"none": True})
         width, height = self.style.chart["width"], self.style.chart["height"]
         chart.set_size({"width": width, "height": height})

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit import schema, storage
-from tracekit.engine import catalog, connection
+from tracekit.engine import catalog, connection, peaks
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import UNREADABLE, Inputs, resolve_inputs, warn_about_files
@@ -117,7 +117,12 @@ class TraceDatabase:
         else:
             kept = {name: con.sql(f"from {name} where {where_rank}").to_arrow_table() for name in TraceTables.names()}
         label = " ".join(filter(None, (ranks is not None and f"rank={ranks}", step is not None and f"step={step}")))
-        return from_tables(TraceTables().with_tables(**kept), f"{self.source} [{label}]")
+        part = TraceTables().with_tables(**kept).with_peaks(self.con.sql(f"from {peaks.TABLE}").to_arrow_table())
+        return from_tables(part, f"{self.source} [{label}]")
+
+    def use_peaks(self, table: pa.Table) -> None:
+        """Answer with these device peaks (`peaks.read_peaks`, the CLI's --peak FILE) instead of the shipped ones."""
+        self.con.register(peaks.TABLE, table)
 
     def tables(self) -> list[str]:
         return TraceTables.names()
@@ -160,6 +165,7 @@ def open_dataset(path: Location) -> TraceDatabase:
     con = connection.connect()
     if storage.is_url(path):
         con.register_filesystem(storage.filesystem(path)[0])
+    con.register(peaks.TABLE, peaks.default_peaks())
     for name, files in files_of.items():
         if not files:
             con.register(name, schema.empty(name))
