@@ -180,10 +180,10 @@ def on_cluster(scheduler: str, paths: Iterable[str]) -> Iterator:
         yield client, inputs
 
 
-def open_database(paths: Iterable[str], rank: int | None = None) -> TraceDatabase:
-    """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place."""
+def open_database(paths: Iterable[str], rank: int | None = None, safe: bool = False) -> TraceDatabase:
+    """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place (read, when safe)."""
     from tracekit.query.database import open_traces
 
     inputs = resolve_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
-        return open_traces(inputs, rank=rank, progress=progress)
+        return open_traces(inputs, rank=rank, progress=progress, safe=safe)

@@ -60,9 +60,12 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
 @click.option("-f", "--file", "query_file", type=click.Path(path_type=Path), default=None,
               help="Read the query from FILE (then every argument is an input).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@click.option("--safe", is_flag=True,
+              help="For SQL written by others: queries may read the tables and analyses only (no files, URLs, "
+                   "extensions or settings: refused with exit code 2). A dataset is read into memory first.")
 @output_options
 @user_errors
-def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
+def sql_command(query_and_inputs, query_file, rank, safe, fmt, out_path, max_rows):
     """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
     place). Without a QUERY, a prompt where each line is a query (from a pipe: each line of standard input).
 
@@ -76,7 +79,7 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     if not inputs:
         raise InputError("give at least one INPUT (trace file, directory of ranks, or ingested dataset)")
     check_output(fmt, out_path, inputs)
-    with open_database(inputs, rank) as db:
+    with open_database(inputs, rank, safe) as db:
         if query is None:
             from tracekit.cli.shell import run_shell
             run_shell(db, stdout, max_rows)
