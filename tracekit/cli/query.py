@@ -32,6 +32,9 @@ def output_options(fn):
     fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
                       help="table (aligned, the default on standard output), csv, json (an array of row objects), "
                            "ndjson or parquet.")(fn)
+    fn = click.option("--wide", is_flag=True,
+                      help="Print text whole in the table, however wide (default: shortened in the middle to fit "
+                           "the terminal).")(fn)
     return click.option("-n", "--max-rows", type=int, default=40, show_default=True,
                         help="Rows to print as a table.")(fn)
 
@@ -43,10 +46,11 @@ def check_output(fmt: str | None, out_path: Path | None, inputs) -> None:
         refuse_input_file(out_path, inputs)
 
 
-def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: int, inputs, title=None) -> None:
+def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: int, inputs, title=None,
+         wide: bool = False) -> None:
     fmt = choose_format(fmt, out_path)
     if fmt == "table":
-        print_frame(stdout, frame, max_rows, title)
+        print_frame(stdout, frame, max_rows, title, wide)
         return
     write_frame(frame, fmt, out_path, [storage.location(i) for i in inputs])
     if out_path is not None:
@@ -65,7 +69,7 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
                    "extensions or settings: refused with exit code 2). A dataset is read into memory first.")
 @output_options
 @user_errors
-def sql_command(query_and_inputs, query_file, rank, safe, fmt, out_path, max_rows):
+def sql_command(query_and_inputs, query_file, rank, safe, fmt, out_path, wide, max_rows):
     """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
     place). Without a QUERY, a prompt where each line is a query (from a pipe: each line of standard input).
 
@@ -82,9 +86,9 @@ def sql_command(query_and_inputs, query_file, rank, safe, fmt, out_path, max_row
     with open_database(inputs, rank, safe) as db:
         if query is None:
             from tracekit.cli.shell import run_shell
-            run_shell(db, stdout, max_rows)
+            run_shell(db, stdout, max_rows, wide=wide)
             return
-        emit(db.sql(query), fmt, out_path, max_rows, inputs)
+        emit(db.sql(query), fmt, out_path, max_rows, inputs, wide=wide)
 
 
 def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | None, list[str]]:
@@ -112,10 +116,11 @@ def could_be_path(text: str) -> bool:
 
 
 @main.command(name="queries")
-def queries_command():
+@click.option("--wide", is_flag=True, help="Print the questions whole, however wide the table.")
+def queries_command(wide):
     """List the analyses (queries/*.sql) and the question each answers; each is a view in `tracekit sql`."""
     from tracekit.cli.shell import queries_frame
-    print_frame(stdout, queries_frame(), 1000)
+    print_frame(stdout, queries_frame(), 1000, wide=wide)
 
 
 @main.command(name="run")
@@ -126,11 +131,11 @@ def queries_command():
 @click.option("--step", type=int, default=None, help="Run over training step N only (ProfilerStep#N of each rank).")
 @output_options
 @user_errors
-def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
+def run_command(name, traces, only_ranks, step, fmt, out_path, wide, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""
     if name not in catalog.available():
         raise InputError(f"{name}: no such analysis (one of: {', '.join(catalog.available())})")
     check_output(fmt, out_path, traces)
     with open_database(list(traces)) as db:
         frame = db.query(name, rank=list(only_ranks) or None, step=step)
-    emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}")
+    emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}", wide=wide)

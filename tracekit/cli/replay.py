@@ -27,8 +27,9 @@ from tracekit.output.files import refuse_input_file
               help="Also write the replayed timeline (Chrome-trace JSON, FILE.json.gz) for Perfetto UI: the "
                    "'after' picture of the what-if.")
 @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
+@click.option("--wide", is_flag=True, help="Print text whole in the table, however wide.")
 @user_errors
-def replay_command(traces, scales, removes, fmt, out_path, max_rows):
+def replay_command(traces, scales, removes, fmt, out_path, max_rows, wide):
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
     the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
     graph as measured."""
@@ -39,5 +40,5 @@ def replay_command(traces, scales, removes, fmt, out_path, max_rows):
         refuse_input_file(out_path, traces)
     tables = load_traces(traces)
     emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path), fmt, None, max_rows, traces,
-         title="replay: measured and predicted step time")
+         title="replay: measured and predicted step time", wide=wide)
 

@@ -61,9 +61,10 @@ def ingest(traces, out_dir, rank, force, scheduler):
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
+@click.option("--wide", is_flag=True, help="Print op and kernel names whole in the summary, however wide.")
 @scheduler_option
 @user_errors
-def report(traces, out_dir, rank, force, scheduler):
+def report(traces, out_dir, rank, force, wide, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
@@ -71,7 +72,7 @@ def report(traces, out_dir, rank, force, scheduler):
         from tracekit.cluster import runs
         with on_cluster(scheduler, traces) as (client, inputs):
             done, paths, problems = runs.report(client, inputs, out_dir, force, rank, extra=QUERIES)
-        print_summary(stdout, done, paths, problems)
+        print_summary(stdout, done, paths, problems, wide)
         warn_about_failed_analyses(done.failures)
         return
     tables = load_traces(traces, rank)
@@ -79,7 +80,7 @@ def report(traces, out_dir, rank, force, scheduler):
     with analyses_progress(stderr) as progress:
         done = run_analyses(tables, progress, extra=QUERIES)
         paths = write_reports(tables, out_dir, force, analyses_done=done, problems=problems, progress=progress)
-    print_summary(stdout, done, paths, problems)
+    print_summary(stdout, done, paths, problems, wide)
     warn_about_failed_analyses(done.failures)
 
 
