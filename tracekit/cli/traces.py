@@ -127,7 +127,8 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
     them)."""
-    from tracekit.output.graph import graph_writer, write_graph
+    from tracekit.output.graph import check_window, graph_writer, write_graph
+    check_window(step, start_ns, end_ns)
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
         refuse_input_file(out, traces)

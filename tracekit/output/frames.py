@@ -35,8 +35,32 @@ def choose_format(fmt: str | None, out: Path | None) -> str:
                          f"{'|'.join(FORMATS[1:])}") from None
 
 
+# Text formats write a float at the precision of the data it came from, not with the last bits of binary arithmetic
+# (12.508999999999999 is 12.509 ms): times are int64 ns, so a column in ms keeps 6 decimals, in us 3, in s 9; other
+# floats (ratios, percentages, rates) 12 significant digits, as the workbooks. Parquet keeps the exact doubles.
+UNIT_DECIMALS = {"us": 3, "ms": 6, "s": 9}
+SIGNIFICANT_DIGITS = 12
+
+
+def at_data_precision(frame: pl.DataFrame) -> pl.DataFrame:
+    """Float columns (and lists of floats) rounded as UNIT_DECIMALS / SIGNIFICANT_DIGITS say."""
+    def rounded(name: str, value: pl.Expr) -> pl.Expr:
+        unit = name.rsplit("_", 1)[-1].lower()
+        return value.round(UNIT_DECIMALS[unit]) if unit in UNIT_DECIMALS else value.round_sig_figs(SIGNIFICANT_DIGITS)
+
+    changes = []
+    for name, dtype in frame.schema.items():
+        if dtype.is_float():
+            changes.append(rounded(name, pl.col(name)))
+        elif isinstance(dtype, pl.List) and dtype.inner.is_float():
+            changes.append(pl.col(name).list.eval(rounded(name, pl.element())))
+    return frame.with_columns(changes) if changes else frame
+
+
 def encode(frame: pl.DataFrame, fmt: str) -> bytes:
-    """The frame in a file format, as bytes."""
+    """The frame in a file format, as bytes (text formats at the data's precision: `at_data_precision`)."""
+    if fmt != "parquet":
+        frame = at_data_precision(frame)
     if fmt == "csv":
         nested = [n for n, t in frame.schema.items() if t.is_nested()]
         if nested:
