@@ -10,11 +10,11 @@ import click
 import polars as pl
 
 from tracekit import schema, storage
-from tracekit.cli.app import main, open_database, stderr, stdout, user_errors
+from tracekit.cli.app import main, open_database, stderr, stdout, user_errors, working
 from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import path_kind
-from tracekit.output.files import refuse_input_file
+from tracekit.output.files import check_output_file
 from tracekit.output.frames import FORMATS, choose_format, print_frame, write_frame
 
 
@@ -39,11 +39,13 @@ def output_options(fn):
                         help="Rows to print as a table.")(fn)
 
 
-def check_output(fmt: str | None, out_path: Path | None, inputs) -> None:
-    """Refuse a bad --format / -o before any trace is read."""
+def check_output(fmt: str | None, out_path: Path | None, inputs, max_rows: int = 1) -> None:
+    """Refuse a bad --format / -o / -n before any trace is read."""
+    if max_rows < 1:
+        raise InputError(f"-n/--max-rows {max_rows}: give 1 or more rows")
     choose_format(fmt, out_path)
     if out_path is not None:
-        refuse_input_file(out_path, inputs)
+        check_output_file(out_path, inputs)
 
 
 def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: int, inputs, title=None,
@@ -82,13 +84,15 @@ def sql_command(query_and_inputs, query_file, rank, safe, fmt, out_path, wide, m
     query, inputs = split_query(query_and_inputs, query_file)
     if not inputs:
         raise InputError("give at least one INPUT (trace file, directory of ranks, or ingested dataset)")
-    check_output(fmt, out_path, inputs)
+    check_output(fmt, out_path, inputs, max_rows)
     with open_database(inputs, rank, safe) as db:
         if query is None:
             from tracekit.cli.shell import run_shell
             run_shell(db, stdout, max_rows, wide=wide)
             return
-        emit(db.sql(query), fmt, out_path, max_rows, inputs, wide=wide)
+        with working("running the query"):
+            frame = db.sql(query)
+        emit(frame, fmt, out_path, max_rows, inputs, wide=wide)
 
 
 def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | None, list[str]]:
@@ -135,7 +139,7 @@ def run_command(name, traces, only_ranks, step, fmt, out_path, wide, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""
     if name not in catalog.available():
         raise InputError(f"{name}: no such analysis (one of: {', '.join(catalog.available())})")
-    check_output(fmt, out_path, traces)
-    with open_database(list(traces)) as db:
+    check_output(fmt, out_path, traces, max_rows)
+    with open_database(list(traces)) as db, working(f"running {name}"):
         frame = db.query(name, rank=list(only_ranks) or None, step=step)
     emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}", wide=wide)

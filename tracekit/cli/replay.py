@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from tracekit import replay as replaying
-from tracekit.cli.app import load_traces, main, user_errors
+from tracekit.cli.app import load_traces, main, user_errors, working
 from tracekit.cli.query import check_output, emit
-from tracekit.output.files import refuse_input_file
+from tracekit.output.files import check_output_file
 
 
 @main.command(name="replay")
@@ -35,10 +35,12 @@ def replay_command(traces, scales, removes, fmt, out_path, max_rows, wide):
     graph as measured."""
     scale = [replaying.parse_scale(text) for text in scales]
     remove = [replaying.Selector.parse(text) for text in removes]
-    check_output(fmt, None, traces)
+    check_output(fmt, None, traces, max_rows)
     if out_path is not None:
-        refuse_input_file(out_path, traces)
+        check_output_file(out_path, traces)
     tables = load_traces(traces)
-    emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path), fmt, None, max_rows, traces,
+    with working("replaying the graph"):
+        replayed = replaying.replay(tables, scale=scale, remove=remove, timeline=out_path)
+    emit(replayed, fmt, None, max_rows, traces,
          title="replay: measured and predicted step time", wide=wide)
 

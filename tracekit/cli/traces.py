@@ -19,8 +19,9 @@ from tracekit.cli.app import (
     stdout,
     user_errors,
     warn_about_failed_analyses,
+    working,
 )
-from tracekit.output.files import local_output, refuse_input_dir, refuse_input_file
+from tracekit.output.files import check_output_file, local_output, refuse_input_dir
 from tracekit.output.terminal import QUERIES, print_summary
 from tracekit.output.terminal import progress_bar as analyses_progress
 from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
@@ -47,7 +48,8 @@ def ingest(traces, out_dir, rank, force, scheduler):
     else:
         from tracekit.output.dataset import write_dataset
         tables = load_traces(traces, rank)
-        write_dataset(tables, out_dir, force=force)
+        with working(f"writing {out_dir}"):
+            write_dataset(tables, out_dir, force=force)
         rows = {name: t.num_rows for name, t in tables.items()}
         ranks, dropped = tables.rank_list, sum(tables.diagnostics.column("dropped").to_pylist())
     counts = ", ".join(f"{name} {n:,}" for name, n in rows.items() if n)
@@ -131,8 +133,9 @@ def graph_command(traces, step, start_ns, end_ns, outs, rank):
     check_window(step, start_ns, end_ns)
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
-        refuse_input_file(out, traces)
+        check_output_file(out, traces)
     tables = load_traces(traces, rank)
     for out in outs:
-        graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
+        with working(f"writing {out}"):
+            graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
         click.echo(f"wrote {out}: {graph.nodes.num_rows:,} nodes, {graph.edges.num_rows:,} edges")
