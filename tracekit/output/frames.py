@@ -150,6 +150,8 @@ def print_whole(console: Console, renderable) -> None:
 def fit_widths(natural: dict[str, int], numeric: set[str], available: int) -> dict[str, int]:
     """Each column's width within `available` characters: the leading columns that fit at their floor width, then
     text columns widened to a common cap (the largest that fits)."""
+    if not natural:
+        return {}
     floor = {n: w if n in numeric else min(w, max(MIN_TEXT_WIDTH, available * 2 // 5)) for n, w in natural.items()}
     kept: list[str] = []
     for name in natural:
