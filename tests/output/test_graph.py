@@ -184,6 +184,7 @@ def test_cli_writes_both_formats(nasty_trace, tmp_path):
     ([], "either a step"),
     (["--start-ns", "5"], "go together"),
     (["--start-ns", "9", "--end-ns", "5"], "range is empty"),
+    (["--start-ns", "5000000000", "--end-ns", "5000000001"], "no event overlaps the range"),  # not an empty graph
 ])
 def test_cli_window_errors_are_one_line_and_exit_2(nasty_trace, tmp_path, args, needle):
     result = run_cli("graph", str(nasty_trace), *args, "-o", str(tmp_path / "a.dot"))
@@ -194,3 +195,9 @@ def test_cli_window_errors_are_one_line_and_exit_2(nasty_trace, tmp_path, args, 
 def test_cli_unknown_format_is_refused_before_reading(tmp_path):
     result = run_cli("graph", str(tmp_path / "missing.json"), "--step", "1", "-o", str(tmp_path / "g.png"))
     assert result.returncode == 2 and "g.png" in result.stderr and "unknown graph format" in result.stderr
+
+
+def test_cli_window_options_are_checked_before_reading(tmp_path):
+    result = run_cli("graph", str(tmp_path / "missing.json"), "--start-ns", "9", "--end-ns", "5",
+                     "-o", str(tmp_path / "g.dot"))
+    assert result.returncode == 2 and "range is empty" in result.stderr and "missing.json" not in result.stderr

@@ -7,6 +7,7 @@ import atexit
 import functools
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tracekit import storage
 from tracekit.engine.tables import TraceTables
@@ -149,12 +150,42 @@ def progress_bar(inputs: Inputs) -> Iterator:
     """The `progress` callback of `load`: a bar on a terminal when the input is several files or large, else None."""
     files = inputs.files
     if not files or len(files) == 1 and storage.size(files[0]) < 20_000_000 or not stderr.is_terminal:
-        yield None
+        with working(f"reading {inputs.label}"):
+            yield None
         return
     with Progress(TextColumn("reading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
                   TimeElapsedColumn(), console=stderr, transient=True) as bar:
         task = bar.add_task("read", total=len(files))
         yield lambda path, size: bar.advance(task)
+
+
+# Work that takes longer than this many seconds shows a spinner on stderr (a terminal only): TRACEKIT_PROGRESS_AFTER
+# changes it (0: at once).
+PROGRESS_AFTER_SECONDS = 2.0
+
+
+@contextmanager
+def working(what: str) -> Iterator[None]:
+    """A transient spinner saying `what`, with the time elapsed, on stderr once the work inside has run for
+    PROGRESS_AFTER_SECONDS; nothing when stderr is not a terminal. Not inside another bar (rich draws one at a time)."""
+    if not stderr.is_terminal:
+        yield
+        return
+    try:
+        after = float(os.environ.get("TRACEKIT_PROGRESS_AFTER", PROGRESS_AFTER_SECONDS))
+    except ValueError:
+        after = PROGRESS_AFTER_SECONDS
+    spinner = Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=stderr, transient=True)
+    spinner.add_task(what, total=None)
+    timer = threading.Timer(after, spinner.start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
+        spinner.stop()
 
 
 def load_traces(paths: Iterable[str], rank: int | None = None) -> TraceTables:
@@ -188,16 +219,19 @@ scheduler_option = click.option(
 @contextmanager
 def on_cluster(scheduler: str, paths: Iterable[str]) -> Iterator:
     """(Dask client, resolved inputs) for a command run with --scheduler; input warnings as warning lines."""
-    from tracekit.cluster.scheduler import dask_client
+    from tracekit.cluster.runs import refuse_execution_traces
+    from tracekit.cluster.scheduler import check_scheduler, dask_client
+    check_scheduler(scheduler)
     inputs = resolve_inputs(paths)
+    refuse_execution_traces(inputs)
     with input_warnings_reported(), dask_client(scheduler) as client:
         yield client, inputs
 
 
-def open_database(paths: Iterable[str], rank: int | None = None) -> TraceDatabase:
-    """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place."""
+def open_database(paths: Iterable[str], rank: int | None = None, safe: bool = False) -> TraceDatabase:
+    """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place (read, when safe)."""
     from tracekit.query.database import open_traces
 
     inputs = resolve_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
-        return open_traces(inputs, rank=rank, progress=progress)
+        return open_traces(inputs, rank=rank, progress=progress, safe=safe)

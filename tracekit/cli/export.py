@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.app import load_traces, main, stdout, user_errors
+from tracekit.cli.app import load_traces, main, stdout, user_errors, working
 from tracekit.output.files import refuse_input_dir
 
 
@@ -34,7 +34,8 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank):
     refuse_input_dir(out_dir, traces)
     tables = load_traces(traces, rank)
     started = time.perf_counter()
-    written = write_chakra(tables, out_dir, prefix, data_deps)
+    with working("writing the Chakra files"):
+        written = write_chakra(tables, out_dir, prefix, data_deps)
     count = len(written.paths)
     stdout.print(f"wrote {count} Chakra ET file{'s' * (count != 1)} to {out_dir} "
                  f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
@@ -59,16 +60,17 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank):
 def timeline_command(traces, out_path, step, critical_path, replayed, rank):
     """Write one timeline of every rank of TRACES: a process per rank and device, launch and sync flows, and the
     critical path."""
-    from tracekit.output.files import refuse_input_file
+    from tracekit.output.files import check_output_file
     from tracekit.output.timeline import write_timeline
-    refuse_input_file(out_path, traces)
+    check_output_file(out_path, traces)
     tables = load_traces(traces, rank)
     started = time.perf_counter()
-    if replayed:
-        from tracekit.replay import retimed_tables
-        tables = retimed_tables(tables)
-    summary = write_timeline(tables, out_path, step=step, critical_path=critical_path, inputs=traces,
-                             label="replayed" if replayed else None)
+    with working("replaying the graph" if replayed else "writing the timeline"):
+        if replayed:
+            from tracekit.replay import retimed_tables
+            tables = retimed_tables(tables)
+        summary = write_timeline(tables, out_path, step=step, critical_path=critical_path, inputs=traces,
+                                 label="replayed" if replayed else None)
     stdout.print(f"wrote {out_path}: {summary.slices:,} slices on {summary.tracks:,} tracks, {summary.flows:,} "
                  f"flows, {summary.path_segments:,} critical-path segments ({time.perf_counter() - started:.1f} s)")
     if summary.flows_left_out:

@@ -10,11 +10,11 @@ import click
 import polars as pl
 
 from tracekit import schema, storage
-from tracekit.cli.app import main, open_database, peak_option, read_peak_option, stderr, stdout, user_errors
+from tracekit.cli.app import main, open_database, peak_option, read_peak_option, stderr, stdout, user_errors, working
 from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import path_kind
-from tracekit.output.files import refuse_input_file
+from tracekit.output.files import check_output_file
 from tracekit.output.frames import FORMATS, choose_format, print_frame, write_frame
 
 
@@ -32,21 +32,27 @@ def output_options(fn):
     fn = click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
                       help="table (aligned, the default on standard output), csv, json (an array of row objects), "
                            "ndjson or parquet.")(fn)
+    fn = click.option("--wide", is_flag=True,
+                      help="Print text whole in the table, however wide (default: shortened in the middle to fit "
+                           "the terminal).")(fn)
     return click.option("-n", "--max-rows", type=int, default=40, show_default=True,
                         help="Rows to print as a table.")(fn)
 
 
-def check_output(fmt: str | None, out_path: Path | None, inputs) -> None:
-    """Refuse a bad --format / -o before any trace is read."""
+def check_output(fmt: str | None, out_path: Path | None, inputs, max_rows: int = 1) -> None:
+    """Refuse a bad --format / -o / -n before any trace is read."""
+    if max_rows < 1:
+        raise InputError(f"-n/--max-rows {max_rows}: give 1 or more rows")
     choose_format(fmt, out_path)
     if out_path is not None:
-        refuse_input_file(out_path, inputs)
+        check_output_file(out_path, inputs)
 
 
-def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: int, inputs, title=None) -> None:
+def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: int, inputs, title=None,
+         wide: bool = False) -> None:
     fmt = choose_format(fmt, out_path)
     if fmt == "table":
-        print_frame(stdout, frame, max_rows, title)
+        print_frame(stdout, frame, max_rows, title, wide)
         return
     write_frame(frame, fmt, out_path, [storage.location(i) for i in inputs])
     if out_path is not None:
@@ -60,10 +66,13 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
 @click.option("-f", "--file", "query_file", type=click.Path(path_type=Path), default=None,
               help="Read the query from FILE (then every argument is an input).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@click.option("--safe", is_flag=True,
+              help="For SQL written by others: queries may read the tables and analyses only (no files, URLs, "
+                   "extensions or settings: refused with exit code 2). A dataset is read into memory first.")
 @peak_option
 @output_options
 @user_errors
-def sql_command(query_and_inputs, query_file, rank, peak_file, fmt, out_path, max_rows):
+def sql_command(query_and_inputs, query_file, rank, safe, peak_file, fmt, out_path, wide, max_rows):
     """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
     place). Without a QUERY, a prompt where each line is a query (from a pipe: each line of standard input).
 
@@ -76,16 +85,18 @@ def sql_command(query_and_inputs, query_file, rank, peak_file, fmt, out_path, ma
     query, inputs = split_query(query_and_inputs, query_file)
     if not inputs:
         raise InputError("give at least one INPUT (trace file, directory of ranks, or ingested dataset)")
-    check_output(fmt, out_path, inputs)
+    check_output(fmt, out_path, inputs, max_rows)
     peak_table = read_peak_option(peak_file)
-    with open_database(inputs, rank) as db:
+    with open_database(inputs, rank, safe) as db:
         if peak_table is not None:
             db.use_peaks(peak_table)
         if query is None:
             from tracekit.cli.shell import run_shell
-            run_shell(db, stdout, max_rows)
+            run_shell(db, stdout, max_rows, wide=wide)
             return
-        emit(db.sql(query), fmt, out_path, max_rows, inputs)
+        with working("running the query"):
+            frame = db.sql(query)
+        emit(frame, fmt, out_path, max_rows, inputs, wide=wide)
 
 
 def split_query(args: tuple[str, ...], query_file: Path | None) -> tuple[str | None, list[str]]:
@@ -113,10 +124,11 @@ def could_be_path(text: str) -> bool:
 
 
 @main.command(name="queries")
-def queries_command():
+@click.option("--wide", is_flag=True, help="Print the questions whole, however wide the table.")
+def queries_command(wide):
     """List the analyses (queries/*.sql) and the question each answers; each is a view in `tracekit sql`."""
     from tracekit.cli.shell import queries_frame
-    print_frame(stdout, queries_frame(), 1000)
+    print_frame(stdout, queries_frame(), 1000, wide=wide)
 
 
 @main.command(name="run")
@@ -128,14 +140,14 @@ def queries_command():
 @peak_option
 @output_options
 @user_errors
-def run_command(name, traces, only_ranks, step, peak_file, fmt, out_path, max_rows):
+def run_command(name, traces, only_ranks, step, peak_file, fmt, out_path, wide, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""
     if name not in catalog.available():
         raise InputError(f"{name}: no such analysis (one of: {', '.join(catalog.available())})")
-    check_output(fmt, out_path, traces)
+    check_output(fmt, out_path, traces, max_rows)
     peak_table = read_peak_option(peak_file)
-    with open_database(list(traces)) as db:
+    with open_database(list(traces)) as db, working(f"running {name}"):
         if peak_table is not None:
             db.use_peaks(peak_table)
         frame = db.query(name, rank=list(only_ranks) or None, step=step)
-    emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}")
+    emit(frame, fmt, out_path, max_rows, traces, title=f"{name}: {catalog.load_query(name).question}", wide=wide)

@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from tracekit import replay as replaying
-from tracekit.cli.app import load_traces, main, user_errors
+from tracekit.cli.app import load_traces, main, user_errors, working
 from tracekit.cli.query import check_output, emit
-from tracekit.output.files import refuse_input_file
+from tracekit.output.files import check_output_file
 
 
 @main.command(name="replay")
@@ -28,17 +28,20 @@ from tracekit.output.files import refuse_input_file
               help="Also write the replayed timeline (Chrome-trace JSON, FILE.json.gz) for Perfetto UI: the "
                    "'after' picture of the what-if.")
 @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
+@click.option("--wide", is_flag=True, help="Print text whole in the table, however wide.")
 @user_errors
-def replay_command(traces, scales, removes, fmt, out_path, max_rows):
+def replay_command(traces, scales, removes, fmt, out_path, max_rows, wide):
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
     the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
     graph as measured."""
     scale = [replaying.parse_scale(text) for text in scales]
     remove = [replaying.Selector.parse(text) for text in removes]
-    check_output(fmt, None, traces)
+    check_output(fmt, None, traces, max_rows)
     if out_path is not None:
-        refuse_input_file(out_path, traces)
+        check_output_file(out_path, traces)
     tables = load_traces(traces)
-    emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path), fmt, None, max_rows, traces,
-         title="replay: measured and predicted step time")
+    with working("replaying the graph"):
+        replayed = replaying.replay(tables, scale=scale, remove=remove, timeline=out_path)
+    emit(replayed, fmt, None, max_rows, traces,
+         title="replay: measured and predicted step time", wide=wide)
 

@@ -68,7 +68,8 @@ def terminal_lines(prompt: str) -> Iterator[str]:
                 pass
 
 
-def run_shell(db: TraceDatabase, console: Console, max_rows: int, interactive: bool | None = None) -> None:
+def run_shell(db: TraceDatabase, console: Console, max_rows: int, interactive: bool | None = None,
+              wide: bool = False) -> None:
     """Read queries until the end of input. At a terminal an error is printed and the prompt goes on; from a pipe
     it is raised (the command exits 2)."""
     interactive = sys.stdin.isatty() if interactive is None else interactive
@@ -82,14 +83,14 @@ def run_shell(db: TraceDatabase, console: Console, max_rows: int, interactive: b
         if text in (".quit", ".exit"):
             break
         try:
-            answer_line(db, text, console, max_rows)
+            answer_line(db, text, console, max_rows, wide)
         except InputError as exc:
             if not interactive:
                 raise
             console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
 
 
-def answer_line(db: TraceDatabase, text: str, console: Console, max_rows: int) -> None:
+def answer_line(db: TraceDatabase, text: str, console: Console, max_rows: int, wide: bool = False) -> None:
     command, _, argument = text.partition(" ")
     commands: dict[str, Callable[[], None]] = {
         ".help": lambda: console.print(HELP, markup=False),
@@ -104,7 +105,7 @@ def answer_line(db: TraceDatabase, text: str, console: Console, max_rows: int) -
             raise InputError(f"{command}: unknown command (.help lists them)")
         commands[command]()
         return
-    print_frame(console, db.sql(text), max_rows)
+    print_frame(console, db.sql(text), max_rows, wide=wide)
 
 
 def schema_frame(table: str | None) -> pl.DataFrame:

@@ -21,9 +21,10 @@ from tracekit.cli.app import (
     stdout,
     user_errors,
     warn_about_failed_analyses,
+    working,
 )
 from tracekit.errors import InputError
-from tracekit.output.files import local_output, refuse_input_dir, refuse_input_file
+from tracekit.output.files import check_output_file, local_output, refuse_input_dir, refuse_input_file
 from tracekit.output.terminal import QUERIES, print_summary
 from tracekit.output.terminal import progress_bar as analyses_progress
 from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
@@ -50,7 +51,8 @@ def ingest(traces, out_dir, rank, force, scheduler):
     else:
         from tracekit.output.dataset import write_dataset
         tables = load_traces(traces, rank)
-        write_dataset(tables, out_dir, force=force)
+        with working(f"writing {out_dir}"):
+            write_dataset(tables, out_dir, force=force)
         rows = {name: t.num_rows for name, t in tables.items()}
         ranks, dropped = tables.rank_list, sum(tables.diagnostics.column("dropped").to_pylist())
     counts = ", ".join(f"{name} {n:,}" for name, n in rows.items() if n)
@@ -64,10 +66,11 @@ def ingest(traces, out_dir, rank, force, scheduler):
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
+@click.option("--wide", is_flag=True, help="Print op and kernel names whole in the summary, however wide.")
 @peak_option
 @scheduler_option
 @user_errors
-def report(traces, out_dir, rank, force, peak_file, scheduler):
+def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
@@ -78,7 +81,7 @@ def report(traces, out_dir, rank, force, peak_file, scheduler):
         from tracekit.cluster import runs
         with on_cluster(scheduler, traces) as (client, inputs):
             done, paths, problems = runs.report(client, inputs, out_dir, force, rank, extra=QUERIES)
-        print_summary(stdout, done, paths, problems)
+        print_summary(stdout, done, paths, problems, wide)
         warn_about_failed_analyses(done.failures)
         return
     tables = load_traces(traces, rank).with_peaks(peak_table)
@@ -86,7 +89,7 @@ def report(traces, out_dir, rank, force, peak_file, scheduler):
     with analyses_progress(stderr) as progress:
         done = run_analyses(tables, progress, extra=QUERIES)
         paths = write_reports(tables, out_dir, force, analyses_done=done, problems=problems, progress=progress)
-    print_summary(stdout, done, paths, problems)
+    print_summary(stdout, done, paths, problems, wide)
     warn_about_failed_analyses(done.failures)
 
 
@@ -136,11 +139,13 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
     them)."""
-    from tracekit.output.graph import graph_writer, write_graph
+    from tracekit.output.graph import check_window, graph_writer, write_graph
+    check_window(step, start_ns, end_ns)
     for out in outs:
         graph_writer(out)  # refuse an unknown format before reading anything
-        refuse_input_file(out, traces)
+        check_output_file(out, traces)
     tables = load_traces(traces, rank)
     for out in outs:
-        graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
+        with working(f"writing {out}"):
+            graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
         click.echo(f"wrote {out}: {graph.nodes.num_rows:,} nodes, {graph.edges.num_rows:,} edges")

@@ -35,6 +35,7 @@ from tracekit.output.workbooks import (
 from tracekit.pipeline import check_rank_option, claim_ranks, file_order_ranks, unread_notes
 from tracekit.query.analyses import combine_ranks
 from tracekit.read.dataset import check_dataset, check_dataset_rows, read_rank
+from tracekit.read.execution_trace import opens_as_execution_trace
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,19 @@ class FilesDone:
 
     def rows(self) -> dict[str, int]:
         return {name: sum(o.rows.get(name, 0) for o in self.outcomes) for name in TraceTables.names()}
+
+
+EXECUTION_TRACE_REFUSED = ("{path}: an Execution Trace: --scheduler links Kineto traces only (run without it to "
+                           "link Execution Traces)")
+
+
+def refuse_execution_traces(inputs: Inputs) -> None:
+    """Before any work (before the cluster starts): InputError for an Execution Trace among the local input files,
+    known from each file's first 64 KiB. Files at URLs are refused by the worker that reads them (`run_files`):
+    sniffing each from here would cost a round trip per file."""
+    for path in inputs.files:
+        if not storage.is_url(path) and opens_as_execution_trace(path):
+            raise InputError(EXECUTION_TRACE_REFUSED.format(path=path))
 
 
 def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> FilesDone:
@@ -71,8 +85,7 @@ def run_files(client, inputs: Inputs, rank_option: int | None, job, *args) -> Fi
     claimed: dict[int, Path] = {}
     for outcome in outcomes:
         if outcome.kind == tasks.EXECUTION_TRACE:
-            raise InputError(f"{outcome.path}: an Execution Trace: --scheduler links Kineto traces only (run "
-                             "without it to link Execution Traces)")
+            raise InputError(EXECUTION_TRACE_REFUSED.format(path=outcome.path))
         if outcome.kind == tasks.DONE:
             claim_ranks(claimed, outcome.path, list(outcome.ranks))
     unranked = [i for i, o in enumerate(outcomes) if o.kind == tasks.UNRANKED]

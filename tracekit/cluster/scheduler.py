@@ -15,14 +15,20 @@ LOCAL = re.compile(r"local:(\d+)")
 INSTALL_HINT = "pip install 'tracekit[dask]'"
 
 
-@contextmanager
-def dask_client(scheduler: str) -> Iterator:
-    """A `distributed.Client` for SCHEDULER; InputError for a malformed one, an unreachable one, or no Dask."""
+def check_scheduler(scheduler: str):
+    """InputError for a SCHEDULER that is neither local:N (N in 1..1024) nor tcp://...; the local:N match or None."""
     local = LOCAL.fullmatch(scheduler)
     if not local and not scheduler.startswith("tcp://"):
         raise InputError(f"--scheduler {scheduler}: not local:N or tcp://HOST:PORT")
     if local and not 1 <= int(local.group(1)) <= 1024:
         raise InputError(f"--scheduler {scheduler}: N must be 1 to 1024 worker processes")
+    return local
+
+
+@contextmanager
+def dask_client(scheduler: str) -> Iterator:
+    """A `distributed.Client` for SCHEDULER; InputError for a malformed one, an unreachable one, or no Dask."""
+    local = check_scheduler(scheduler)
     try:
         from distributed import Client, LocalCluster
     except ImportError:

@@ -5,7 +5,9 @@ spill files (gigabytes) behind. Here:
 - memory_limit: `TRACEKIT_MEMORY_LIMIT` (DuckDB's syntax: "4GB", "800MB"), else half of physical memory; a
   connection running the analyses of tables of known size is held tighter (`limit_to_input`);
 - spill folder: `tracekit-duckdb/PID` under the system's temporary directory (`TMPDIR`), removed when the process
-  exits; folders of processes that no longer run (a crash, a kill -9) are removed by the next connection.
+  exits; folders of processes that no longer run (a crash, a kill -9) are removed by the next connection;
+- safe (`lock_down`): for SQL written by others, no file, network, extension or setting access once the trace
+  tables are bound.
 """
 
 from __future__ import annotations
@@ -40,6 +42,29 @@ def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
     # DuckDB 2 draws a progress bar on standard output by default: not in a tool whose output is data
     con.execute("set enable_progress_bar = false")
     return con
+
+
+# A safe connection runs SQL written by others (`tracekit sql --safe`, `tracekit.open(..., safe=True)`): DuckDB may
+# then touch no file or URL (read_text, read_csv, COPY ... TO, ATTACH, EXPORT, INSTALL), load no extension and change
+# no setting (SET, RESET: `lock_configuration`). Python objects are not scanned by name (`from some_variable`).
+# DuckDB always allows its temporary directory, even without external access (`COPY ... TO` works there), so a safe
+# connection has none: a query beyond the memory limit fails instead of spilling.
+LOCKED_DOWN = ("python_enable_replacements = false", "autoinstall_known_extensions = false",
+               "autoload_known_extensions = false", "allow_community_extensions = false",
+               "temp_directory = ''", "enable_external_access = false", "lock_configuration = true")
+
+
+def lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Make `con` safe for SQL written by others (LOCKED_DOWN). Irreversible; call it once the tables are bound:
+    nothing can be read from files afterwards (Arrow tables registered later still can)."""
+    for setting in LOCKED_DOWN:
+        con.execute(f"set {setting}")
+    return con
+
+
+def is_refused(exc: duckdb.Error) -> bool:
+    """Whether a DuckDB error is a locked-down connection refusing a file, an extension or a setting."""
+    return isinstance(exc, duckdb.PermissionException) or "configuration has been locked" in str(exc)
 
 
 def memory_limit() -> str:

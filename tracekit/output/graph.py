@@ -37,9 +37,9 @@ class WindowGraph:
 
 def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | None = None,
                  end_ns: int | None = None) -> WindowGraph:
-    """The step's events (step_events) or the events overlapping the range, and the edges among them."""
-    if (step is None) == (start_ns is None and end_ns is None):
-        raise InputError("give either a step (--step N) or a time range (--start-ns A --end-ns B)")
+    """The step's events (step_events) or the events overlapping the range, and the edges among them; a window
+    without events is an InputError (an empty graph file is no answer)."""
+    check_window(step, start_ns, end_ns)
     with catalog.connect(tables) as con:
         if step is not None:
             catalog.load_includes(con, ["lib/steps"])
@@ -49,17 +49,28 @@ def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | N
                 raise InputError(f"--step {step}: no ProfilerStep#{step} annotation in the trace ({have})")
             window = ("output/step_window_events", {"step": int(step)})
         else:
-            if start_ns is None or end_ns is None:
-                raise InputError("--start-ns and --end-ns go together")
-            if start_ns >= end_ns:
-                raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: the range is empty")
             window = ("output/range_window_events", {"start": start_ns, "end": end_ns})
         # queries/output/: the window's events, then its nodes and the edges among them, each kept as a temp table
         for name, parameters in (window, ("output/window_nodes", None), ("output/window_edges", None)):
             table = "window_events" if name == window[0] else name.removeprefix("output/")
             con.execute(f"create or replace temp table {table} as {catalog.ready(con, name)}", parameters)
+            if table == "window_events" and step is None and not con.execute("from window_events limit 1").fetchone():
+                first, last = con.execute("select min(ts), max(ts + coalesce(dur, 0)) from events").fetchone()
+                raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: no event overlaps the range (the "
+                                 f"trace's events span {first} to {last} ns)")
         return WindowGraph(con.sql("select * from window_nodes").to_arrow_table(),
                            con.sql("select * from window_edges").to_arrow_table())
+
+
+def check_window(step: int | None, start_ns: int | None, end_ns: int | None) -> None:
+    """Refuse a window that is not one, before any trace is read."""
+    if (step is None) == (start_ns is None and end_ns is None):
+        raise InputError("give either a step (--step N) or a time range (--start-ns A --end-ns B)")
+    if step is None:
+        if start_ns is None or end_ns is None:
+            raise InputError("--start-ns and --end-ns go together")
+        if start_ns >= end_ns:
+            raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: the range is empty")
 
 
 def write_graph(tables: TraceTables, path: str | Path, step: int | None = None, start_ns: int | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,9 @@ from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from tracekit.output.frames import print_whole, shorten
 from tracekit.output.workbooks import Analyses, device_word
 from tracekit.output.workbooks import Progress as ProgressCallback
 
@@ -38,8 +41,12 @@ def progress_bar(console: Console) -> Iterator[ProgressCallback | None]:
         yield advance
 
 
-def print_summary(console: Console, done: Analyses, paths: list[Path], problems: list[str]) -> None:
+def print_summary(console: Console, done: Analyses, paths: list[Path], problems: list[str],
+                  wide: bool = False) -> None:
+    """`wide`: names whole; else shortened in the middle (distinct names stay distinct) to fit the console."""
     results = done.results
+    name_width = None if wide else console.width
+    show = functools.partial(print_whole, console) if wide else console.print
     ranks = list(done.ranks)
     if paths:
         console.print(f"[bold]wrote[/] {paths[0].parent}/: " + ", ".join(p.name for p in paths[:6])
@@ -57,13 +64,13 @@ def print_summary(console: Console, done: Analyses, paths: list[Path], problems:
         kernels = kernels.with_columns(total_ms=pl.col("total_us") / 1e3)
     time_column = "direct_kernel_ms" if single else "total_ms"
     if ops is not None and ops.filter(pl.col(time_column) > 0).height:
-        console.print(top_table("Top ops by kernel time", ops, "name", "direct_kernel_ms", "percent_kernel")
-                      if single else spread_table("Top ops by kernel time (ms), all ranks", ops, "name"))
+        show(top_table("Top ops by kernel time", ops, "name", "direct_kernel_ms", "percent_kernel", name_width)
+             if single else spread_table("Top ops by kernel time (ms), all ranks", ops, "name", name_width))
     if kernels is not None and kernels.height:
-        console.print(top_table("Top kernels", kernels, "kernel_name", "total_ms", "percent_kernel_time")
-                      if single else spread_table("Top kernels (ms), all ranks", kernels, "kernel_name"))
+        show(top_table("Top kernels", kernels, "kernel_name", "total_ms", "percent_kernel_time", name_width)
+             if single else spread_table("Top kernels (ms), all ranks", kernels, "kernel_name", name_width))
     if "diagnostics_reasons" in results and results["diagnostics_reasons"].height:
-        console.print(diagnostics_table(results["diagnostics_reasons"], len(ranks)))
+        show(diagnostics_table(results["diagnostics_reasons"], len(ranks), name_width))
     for problem in problems:
         console.print(f"[yellow]note:[/] {problem}", highlight=False)
 
@@ -88,43 +95,52 @@ def breakdown_table(timeline: pl.DataFrame, ranks: list[int], device: str = "GPU
     return table
 
 
-def top_table(title: str, frame: pl.DataFrame, name: str, time_ms: str, percent: str) -> Table:
+MIN_NAME_WIDTH = 12  # below this, rich squeezes the other columns too
+
+
+def summary_table(title: str, columns: list[tuple[str, str]], rows: list[list[str]], name_at: int,
+                  available: int | None) -> Table:
+    """A table of `columns` (header, justify) whose column `name_at` is shortened in the middle (distinct names
+    kept distinct, `frames.shorten`) so that the table fits `available` characters (None: names whole)."""
+    if available is not None and rows:
+        others = sum(max(len(header), *(len(row[i]) for row in rows))
+                     for i, (header, _) in enumerate(columns) if i != name_at)
+        width = max(MIN_NAME_WIDTH, available - others - 3 * (len(columns) - 1) - 2)  # box edges, gaps
+        shown = shorten([row[name_at] for row in rows], width)
+        rows = [[*row[:name_at], name, *row[name_at + 1:]] for row, name in zip(rows, shown)]
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=40)
-    table.add_column("category", no_wrap=True, min_width=11)
-    table.add_column("ms", justify="right", no_wrap=True, min_width=9)
-    table.add_column("%", justify="right", no_wrap=True, min_width=5)
+    for header, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True, overflow="crop")
+    for row in rows:
+        table.add_row(*map(Text, row))  # Text: a name like "[red]" is not markup
+    return table
+
+
+def top_table(title: str, frame: pl.DataFrame, name: str, time_ms: str, percent: str,
+              available: int | None) -> Table:
     top = frame.sort([time_ms, name], descending=[True, False], nulls_last=True).head(TOP)
-    for row in top.iter_rows(named=True):
-        table.add_row(row[name], row.get("category") or "", f"{row[time_ms] or 0:,.3f}", f"{row[percent] or 0:.1f}")
-    return table
+    rows = [[row[name] or "", row.get("category") or "", f"{row[time_ms] or 0:,.3f}", f"{row[percent] or 0:.1f}"]
+            for row in top.iter_rows(named=True)]
+    return summary_table(title, [("name", "left"), ("category", "left"), ("ms", "right"), ("%", "right")], rows,
+                         0, available)
 
 
-def spread_table(title: str, frame: pl.DataFrame, name: str) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=38)
-    table.add_column("total", justify="right", no_wrap=True)
-    table.add_column("rank min – max", justify="right", no_wrap=True)
-    table.add_column("outlier", justify="right", no_wrap=True)
-    for row in frame.head(TOP).iter_rows(named=True):
-        outlier = row["outlier_rank"]
-        table.add_row(row[name], f"{row['total_ms']:,.3f}", f"{row['min_ms']:,.3f} – {row['max_ms']:,.3f}",
-                      "" if outlier is None else str(outlier))
-    return table
+def spread_table(title: str, frame: pl.DataFrame, name: str, available: int | None) -> Table:
+    rows = [[row[name] or "", f"{row['total_ms']:,.3f}", f"{row['min_ms']:,.3f} – {row['max_ms']:,.3f}",
+             "" if row["outlier_rank"] is None else str(row["outlier_rank"])]
+            for row in frame.head(TOP).iter_rows(named=True)]
+    return summary_table(title, [("name", "left"), ("total", "right"), ("rank min – max", "right"),
+                                 ("outlier", "right")], rows, 0, available)
 
 
-def diagnostics_table(reasons: pl.DataFrame, rank_count: int) -> Table:
-    table = Table(title="Diagnostics: not linked or not understood (Diagnostics sheet has the entries)",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("stage", no_wrap=True, min_width=6)
-    table.add_column("reason", no_wrap=True, min_width=16)
-    table.add_column("entries", justify="right", no_wrap=True, min_width=7)
-    if rank_count > 1:
-        table.add_column("ranks", justify="right", no_wrap=True, min_width=5)
-    table.add_column("example", overflow="ellipsis", no_wrap=True, max_width=34)
+def diagnostics_table(reasons: pl.DataFrame, rank_count: int, available: int | None) -> Table:
+    columns = [("stage", "left"), ("reason", "left"), ("entries", "right")]
+    columns += [("ranks", "right")] if rank_count > 1 else []
+    rows = []
     for row in reasons.iter_rows(named=True):
         cells = [row["stage"] or "", row["reason"] or "", f"{row['entries']:,}"]
         if rank_count > 1:
             cells.append(str(row["ranks"]) if row["ranks"] else "–")
-        table.add_row(*cells, row["example"] or "")
-    return table
+        rows.append([*cells, row["example"] or ""])
+    return summary_table("Diagnostics: not linked or not understood (Diagnostics sheet has the entries)",
+                         [*columns, ("example", "left")], rows, len(columns), available)

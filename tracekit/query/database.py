@@ -10,6 +10,10 @@ One embedded DuckDB connection holds every table (`events`, `edges`, ...), the m
 view per analysis of `queries/` under its own name, so ad-hoc SQL can join an analysis with the tables. Macros and
 views are defined as queries first name them (`catalog.prepare`: the same as every other SQL entry point). An ingested
 dataset is opened in place: its tables are views over its Parquet files, read only as far as a query needs.
+
+`safe=True` is for services that run SQL written by others: the connection is locked down once the tables are bound
+(`connection.lock_down`: no file, URL, extension or setting access); a dataset is then read into memory first, as its
+views would read Parquet files afterwards.
 """
 
 from __future__ import annotations
@@ -37,12 +41,13 @@ class TraceDatabase:
 
     `con` is that connection, for what the methods do not cover (`db.con.sql(...)` returns a DuckDB relation;
     `catalog.prepare(db.con, text)` defines the macros and analysis views TEXT names, as `sql` does). Close it with
-    `close()` or use the database as a context manager.
+    `close()` or use the database as a context manager. `safe`: the connection is locked down (see the module).
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, source: str):
+    def __init__(self, con: duckdb.DuckDBPyConnection, source: str, safe: bool = False):
         self.con = con
         self.source = source
+        self.safe = safe
         self.analysis_problems: dict[str, str] = {}  # analyses whose view could not be defined, with the reason
 
     def __enter__(self) -> TraceDatabase:
@@ -118,7 +123,7 @@ class TraceDatabase:
             kept = {name: con.sql(f"from {name} where {where_rank}").to_arrow_table() for name in TraceTables.names()}
         label = " ".join(filter(None, (ranks is not None and f"rank={ranks}", step is not None and f"step={step}")))
         part = TraceTables().with_tables(**kept).with_peaks(self.con.sql(f"from {peaks.TABLE}").to_arrow_table())
-        return from_tables(part, f"{self.source} [{label}]")
+        return from_tables(part, f"{self.source} [{label}]", safe=self.safe)
 
     def use_peaks(self, table: pa.Table) -> None:
         """Answer with these device peaks (`peaks.read_peaks`, the CLI's --peak FILE) instead of the shipped ones."""
@@ -135,13 +140,17 @@ class TraceDatabase:
 
 
 def open_traces(inputs: str | Path | list[str | Path] | Inputs, rank: int | None = None,
-                progress=None) -> TraceDatabase:
+                progress=None, safe: bool = False) -> TraceDatabase:
     """Open trace files, directories of ranks, or one ingested dataset (in place, nothing re-parsed).
 
     `rank` and `progress` as in `tracekit.load`, and the same input rules: InputError for an input with no events,
     a `tracekit.CutTraceWarning` for each cut trace file (in a dataset: each cut when it was ingested).
+    `safe=True`: for SQL written by others; queries may not touch files, URLs, extensions or settings, and one that
+    tries raises InputError. A dataset is then read whole into memory (Arrow) instead of opened in place.
     """
     inputs = resolve_inputs(inputs)
+    if safe:
+        return from_tables(load(inputs, rank=rank, progress=progress), inputs.label, safe=True)
     if inputs.dataset is not None:
         db = open_dataset(inputs.dataset)
         warn_about_files(db.sql_arrow(f"from diagnostics where reason in ('truncated', '{UNREADABLE}')"))
@@ -149,9 +158,10 @@ def open_traces(inputs: str | Path | list[str | Path] | Inputs, rank: int | None
     return from_tables(load(inputs, rank=rank, progress=progress), inputs.label)
 
 
-def from_tables(tables: TraceTables, source: str = "tables") -> TraceDatabase:
-    """A database over tables already in memory (registered with DuckDB, not copied)."""
-    return TraceDatabase(tables.connect(), source)
+def from_tables(tables: TraceTables, source: str = "tables", safe: bool = False) -> TraceDatabase:
+    """A database over tables already in memory (registered with DuckDB, not copied); `safe` as in `open_traces`."""
+    con = tables.connect()
+    return TraceDatabase(connection.lock_down(con) if safe else con, source, safe)
 
 
 def open_dataset(path: Location) -> TraceDatabase:
@@ -198,6 +208,10 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+SAFE_REFUSAL = "refused: safe mode allows no file, URL, extension or setting access"
+
+
 def sql_error_message(exc: duckdb.Error, query: str) -> str:
-    """DuckDB's message and the query, each on one line."""
-    return f"SQL: {' '.join(str(exc).split())} (query: {' '.join(query.split())})"
+    """DuckDB's message and the query, on one line (a locked-down connection's refusal says so first)."""
+    refused = f"{SAFE_REFUSAL}; " if connection.is_refused(exc) else ""
+    return f"SQL: {refused}{' '.join(str(exc).split())} (query: {' '.join(query.split())})"

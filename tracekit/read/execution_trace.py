@@ -12,6 +12,8 @@ Linking the rows to Kineto events is `tracekit.link.et`'s job.
 from __future__ import annotations
 
 import functools
+import re
+import zlib
 from typing import Any
 
 import msgspec
@@ -24,7 +26,7 @@ from tracekit import schema, storage
 from tracekit.errors import InputError
 from tracekit.read.columns import raw_text
 from tracekit.read.ranks import RANK_FILE_PATTERN
-from tracekit.read.text import ParsedFile
+from tracekit.read.text import NotStreamable, ParsedFile, StreamCut, decompressed_blocks
 
 # --------------------------------------------------------------------------- decoding
 
@@ -348,3 +350,27 @@ def execution_trace_rank(parsed: ParsedFile, kineto_ranks: list[int], pid_ranks:
         return 0, "default"
     return None, (f"file name has no rank, pid {pid} matches {len(by_pid)} of the {len(kineto_ranks)} Kineto ranks "
                   f"loaded; name it like et_rank3.json")
+
+
+NODES_KEY = re.compile(rb'"nodes"[ \t\r\n]*:')
+SNIFF_BYTES = 1 << 16
+
+
+def opens_as_execution_trace(path: storage.Location) -> bool:
+    """Whether the file opens as an Execution Trace does (an object whose top-level keys before "nodes" include
+    "schema"), from its first 64 KiB only: for refusing one before any work. False for anything unreadable (the
+    reader says why, later)."""
+    blocks = decompressed_blocks(path, SNIFF_BYTES)
+    try:
+        head = next(blocks, b"")
+    except (InputError, NotStreamable, StreamCut, OSError, zlib.error):
+        return False
+    finally:
+        blocks.close()
+    for match in NODES_KEY.finditer(head):
+        try:
+            top = msgspec.json.decode(head[:match.start()] + b'"nodes":null}')
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            continue
+        return isinstance(top, dict) and "schema" in top
+    return False
