@@ -182,8 +182,8 @@ create or replace macro op_rollup(by_shape) as table
     ),
     other_grouped as (
         select rank, name, null::varchar as input_dims, null::varchar as input_type,
-               if(bool_and(owner_id is null), sum(gpu_ops), count(*)) as count,
-               if(bool_and(owner_id is null), sum(gpu_ops), count(*)) as gpu_calls,
+               if(bool_and(owner_id is null), sum(gpu_ops), count(*))::bigint as count,
+               if(bool_and(owner_id is null), sum(gpu_ops), count(*))::bigint as gpu_calls,
                sum(owner_dur) / 1e6 as total_cpu_ms, null::double as self_cpu_ms,
                sum(direct_ns) / 1e6 as direct_kernel_ms, sum(direct_ns) as direct_ns,
                sum(direct_ns) / 1e6 as subtree_kernel_ms,
