@@ -11,6 +11,7 @@ import pytest
 
 import tracekit
 from tracekit import synth
+from tracekit.synth import ServingConfig
 from tracekit.query import analyses
 
 CASES = {
@@ -135,3 +136,25 @@ def test_iteration_markers_as_the_engines_write_them(kind, name, expected):
     got = con.execute("select iteration_marker($1, $2) as m, iteration_phase(m, $2), iteration_batch_size(m, $2), "
                       "iteration_tokens(m, $2)", [kind, name]).fetchone()
     assert got == expected
+
+
+def test_the_diff_compares_iteration_time_per_phase(tmp_path):
+    from tracekit import diff
+
+    config = CASES["vllm_frames"]
+    runs = {}
+    for label, layers in (("base", 2), ("cand", 4)):  # twice the layers: every phase slower
+        out = tmp_path / label
+        synth.write(synth.synthesize_serving(ServingConfig(**{**config.__dict__, "layers": layers})), out)
+        runs[label] = (tracekit.load(out), synth.read_ground_truth(out))
+    result = diff.compare(runs["base"][0], runs["cand"][0], warmup_steps=1)
+    phases = result.sections["phases"]
+    for label in ("base", "cand"):
+        truth = runs[label][1]["ranks"][0]["iterations"]
+        for phase in {it["phase"] for it in truth}:
+            windows = [(it["gpu_end_ns"] - it["gpu_start_ns"]) / 1e6 for it in truth if it["phase"] == phase]
+            row = phases.filter((pl.col("rank") == 0) & (pl.col("phase") == phase))
+            assert row[f"{label}_iteration_ms"][0] == pytest.approx(statistics.median(windows))
+    # decode iterations are the many: with the first decode one left out as warm-up, still enough to call it
+    decode = phases.filter(pl.col("rank").is_null() & (pl.col("phase") == "decode"))
+    assert decode["verdict"][0] == "slower"
