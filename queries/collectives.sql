@@ -1,4 +1,5 @@
--- question: What did each NCCL/RCCL collective move, how long did it take, and at what bandwidth?
+-- question: What did each collective (NCCL/RCCL, DeepEP, custom all-reduce, ...) move, how long did it take, and at
+--   what bandwidth?
 -- inputs: events, edges, ranks
 -- includes: lib/collectives
 -- columns:
@@ -30,7 +31,10 @@
 --     nearest enclosing record_param_comms / c10d op of the launch call, through launch and nest edges),
 --     annotation (older traces: the enclosing nccl:* annotation's Input Dims and Input type), kernel_name (the
 --     type from the kernel name only: no size, so no bandwidth)
--- notes: Every kernel named *nccl* or *rccl* is a row (gpu_timeline's communication category). Group size falls
+-- notes: Every communication kernel is a row (gpu_timeline's communication category: communication_kernel in
+--   lib/categories.sql). Kernels without NCCL args (DeepEP, custom all-reduce, NVSHMEM) get the type their name
+--   implies (kernel_collective in lib/collectives.sql: DeepEP dispatch/combine are all_to_all, an inference from
+--   the name) and no size; their process group is unknown. Group size falls
 --   back to the length of `Process Group Ranks`, then to the job's world size. Bandwidth uses the kernel's
 --   duration, which includes the time the rank waited in the kernel for its peers (collective_waits): the
 --   last-arriving rank's duration is the closest to the transfer itself. Kernels queued before the profiling

@@ -8,7 +8,7 @@
 --   cpu_ms: ms, CPU time on the path
 --   launch_overhead_ms: ms, launch call end to GPU op start
 --   gpu_compute_ms: ms, GPU compute kernels
---   gpu_communication_ms: ms, NCCL/RCCL kernels
+--   gpu_communication_ms: ms, communication kernels (communication_kernel in lib/categories.sql)
 --   gpu_memcpy_ms: ms, copies and memsets
 --   kernel_to_kernel_gap_ms: ms, gaps between ops on a stream
 --   sync_wait_ms: ms, host or stream waiting on the GPU

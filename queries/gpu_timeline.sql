@@ -9,8 +9,9 @@
 --   op_count: GPU ops in the category (exposed_*: ops of the underlying category; busy, idle, total: all counted ops; no_launcher_excluded: ops left out)
 -- notes: TraceLens's definitions. GPU ops are kernels, memcpys and memsets that have a launch edge: GPU work
 --   without a launch call in the trace (queued before the profiling window) is left out and reported as
---   no_launcher_excluded. communication = kernels named *nccl* or *rccl* (any case); memcpy = memcpy ops;
---   computation = every other kernel and every memset (gpu_timeline_category in lib/categories.sql). Each category
+--   no_launcher_excluded. communication = communication kernels (NCCL/RCCL, DeepEP, NVSHMEM, custom all-reduce,
+--   ...: communication_kernel in lib/categories.sql, docs/categories.md); memcpy = memcpy ops and device DMA kernels
+--   (MTIA dma_request); computation = every other kernel and every memset (gpu_timeline_category). Each category
 --   is the union of its ops' intervals over all streams and devices of the rank; exposed_communication =
 --   communication minus computation; exposed_memcpy = memcpy minus computation minus communication; busy = union of
 --   all; total = last end - first start of the counted ops; idle = total - busy. Computed by one sweep per rank over

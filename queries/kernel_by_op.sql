@@ -5,7 +5,7 @@
 --   rank: rank
 --   op_name: the GPU op's owner (see attribution): an op, annotation or Python frame name, or the graph launch as
 --     CALL[graph N, K kernels]; null when nothing owns it
---   op_category: category of op_name (rules in lib/categories.sql), from all the GPU work of that owner name
+--   op_category: category of op_name (op_category in lib/categories.sql: from the name alone)
 --   attribution: which rule owned it: op (innermost cpu_op enclosing the launch call), annotation or python_frame
 --     (launch call outside every op: the innermost user_annotation or Python frame enclosing it), graph_launch (a
 --     CUDA/HIP graph launch enclosed by none of those: the launch itself), none (owned by no rule)
@@ -37,12 +37,10 @@ per_rank as (
     select rank, sum(dur) as all_ns, max(end_ns) - min(start_ns) as span_ns from ops group by rank
 ),
 owned as (
-    select * exclude (op_name), owner_name as op_name,
-           -- an op name is memcpy/memset when all its GPU work is (as in op_summary, here over direct work only)
-           bool_and(kind <> 'kernel') over (partition by rank, owner_name) as memory_only
+    select * exclude (op_name), owner_name as op_name
     from ops
 )
-select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name, o.memory_only)) as op_category,
+select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name)) as op_category,
        o.attribution, o.unowned_reason, o.name as kernel_name, o.kind, o.stream, kernel_category(o.name, o.kind) as category,
        count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
        median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
@@ -50,5 +48,5 @@ select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name, o.m
        100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
        100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
 from owned o join per_rank p on p.rank = o.rank
-group by o.rank, o.op_name, o.memory_only, o.attribution, o.unowned_reason, o.name, o.kind, o.stream
+group by o.rank, o.op_name, o.attribution, o.unowned_reason, o.name, o.kind, o.stream
 order by o.rank, total_us desc, op_name, kernel_name, stream

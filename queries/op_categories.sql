@@ -1,32 +1,52 @@
 -- question: How is GPU and CPU time split across op categories (GEMM, attention, elementwise, ...), per rank?
--- inputs: events, edges
--- includes: lib/launches
+-- inputs: events, op_by_shape
+-- includes: lib/categories
 -- columns:
 --   rank: rank
---   category: op category (rules in lib/categories.sql): GEMM, attention, convolution, normalization, elementwise, reduction, communication, memcpy/memset, other
---   count: calls of ops in the category
+--   category: op category (op_category in lib/categories.sql, from the op name): GEMM, attention, convolution, embedding, normalization, elementwise, reduction, communication, memcpy/memset, other
+--   count: calls of ops in the category, less those nested inside a call of the same category on their thread
+--     (aten::addmm inside aten::linear is one GEMM call, not two)
 --   gpu_calls: calls that launched GPU work themselves
 --   ops: distinct op names in the category
 --   direct_kernel_ms: ms, direct kernel time of the category's ops (see op_summary)
 --   percent_kernel: percent of the rank's direct kernel time
 --   cumulative_percent: running percent_kernel, largest category first
---   total_cpu_ms: ms, summed call durations
+--   total_cpu_ms: ms, summed call durations (calls nested in a call of the same category counted again)
 --   self_cpu_ms: ms, summed self CPU time
--- notes: op_summary rolled up by category. Direct times add up without double counting (each GPU op has at most one
---   innermost op); subtree times would not, so they are left out. TraceLens's ops_summary_by_category counts only
---   calls that launched GPU work (our gpu_calls) and names categories slightly differently (see lib/categories.sql).
+-- notes: op_by_shape rolled up by category (each op name has one category, the same in every sheet, step and run).
+--   Direct times add up without double counting (each GPU op has at most one innermost op); subtree times would
+--   not, so they are left out. A call is nested in another of its category when it starts inside that call's span
+--   on the same thread (what nest edges are made from), found by a running maximum of end times: no tree walk.
+--   TraceLens's ops_summary_by_category counts only calls that launched GPU work (our gpu_calls) and names
+--   categories slightly differently (see lib/categories.sql).
 with by_category as (
-    select rank, category, sum(count)::bigint as count, sum(gpu_calls)::bigint as gpu_calls, count(*) as ops,
-           sum(direct_kernel_ms) as direct_kernel_ms, sum(total_cpu_ms) as total_cpu_ms,
-           sum(self_cpu_ms) as self_cpu_ms
-    from op_rollup(false)
+    -- integer ns (each ms value is an exact ns count / 1e6): sums with the same bits in any row order
+    select rank, category, sum(gpu_calls)::bigint as gpu_calls, count(distinct name) as ops,
+           sum(round(direct_kernel_ms * 1e6)::bigint) / 1e6 as direct_kernel_ms,
+           sum(round(total_cpu_ms * 1e6)::bigint) / 1e6 as total_cpu_ms,
+           sum(round(self_cpu_ms * 1e6)::bigint) / 1e6 as self_cpu_ms
+    from op_by_shape
+    group by rank, category
+),
+calls as (
+    select rank, pid, tid, id, ts, ts + coalesce(dur, 0) as end_ns, op_category(name) as category
+    from events
+    where kind = 'cpu_op' and ts is not null
+),
+outermost as (
+    select rank, category,
+           count(*) filter (where ts >= coalesce(enclosing_end_ns, ts)) as count
+    from (select *, max(end_ns) over (partition by rank, pid, tid, category order by ts, end_ns desc, id
+                                      rows between unbounded preceding and 1 preceding) as enclosing_end_ns
+          from calls)
     group by rank, category
 )
-select rank, category, count, gpu_calls, ops, direct_kernel_ms,
-       100 * direct_kernel_ms / nullif(sum(direct_kernel_ms) over (partition by rank), 0) as percent_kernel,
-       100 * sum(direct_kernel_ms) over (partition by rank order by direct_kernel_ms desc, category
-                                         rows between unbounded preceding and current row)
-           / nullif(sum(direct_kernel_ms) over (partition by rank), 0) as cumulative_percent,
-       total_cpu_ms, self_cpu_ms
-from by_category
-order by rank, direct_kernel_ms desc, category
+select b.rank, b.category, coalesce(o.count, 0)::bigint as count, b.gpu_calls, b.ops, b.direct_kernel_ms,
+       100 * b.direct_kernel_ms / nullif(sum(b.direct_kernel_ms) over (partition by b.rank), 0) as percent_kernel,
+       100 * sum(b.direct_kernel_ms) over (partition by b.rank order by b.direct_kernel_ms desc, b.category
+                                           rows between unbounded preceding and current row)
+           / nullif(sum(b.direct_kernel_ms) over (partition by b.rank), 0) as cumulative_percent,
+       b.total_cpu_ms, b.self_cpu_ms
+from by_category b
+left join outermost o on o.rank = b.rank and o.category = b.category
+order by b.rank, b.direct_kernel_ms desc, b.category

@@ -3,7 +3,8 @@
 -- columns:
 --   rank: rank
 --   source_file: path of the trace file the rank was read from
---   device_name: GPU name (deviceProperties)
+--   device_name: GPU name (deviceProperties), or another accelerator's process label (MTIA 17)
+--   device_type: GPU, or MTIA for Meta's accelerator (its GPU ops' trace category is mtia_*); null without device ops
 --   world_size: ranks, distributedInfo.world_size
 --   backend: distributed backend (nccl, gloo, ...)
 --   span_ms: ms, first event start to last event end
@@ -19,6 +20,8 @@ with per_rank as (
     select rank,
            count(*) as events,
            count(*) filter (where kind in ('kernel', 'memcpy', 'memset')) as gpu_ops,
+           case when bool_or(kind in ('kernel', 'memcpy', 'memset') and starts_with(lower(cat), 'mtia')) then 'MTIA'
+                when bool_or(kind in ('kernel', 'memcpy', 'memset')) then 'GPU' end as device_type,
            (max(ts + coalesce(dur, 0)) - min(ts)) / 1e6 as span_ms
     from events
     group by rank
@@ -35,7 +38,7 @@ notes as (
         or (d.rank is null or d.rank not in (select rank from ranks)) and d.source_file = r.source_file
     group by r.rank
 )
-select r.rank, r.source_file, r.device_name, r.world_size, r.backend, e.span_ms,
+select r.rank, r.source_file, r.device_name, e.device_type, r.world_size, r.backend, e.span_ms,
        s.steps, s.step_median_ms, s.step_min_ms, s.step_max_ms,
        coalesce(e.events, 0) as events, coalesce(e.gpu_ops, 0) as gpu_ops, n.diagnostics
 from ranks r

@@ -11,8 +11,8 @@
 --   duration_ms: ms, end_ns - start_ns
 --   busy_ms: ms, time inside the step window at least one GPU op runs
 --   idle_ms: ms, duration_ms - busy_ms
---   computation_ms: ms, union of computation ops (non-NCCL/RCCL kernels, memsets) inside the window
---   communication_ms: ms, union of NCCL/RCCL kernels inside the window
+--   computation_ms: ms, union of computation ops (other kernels, memsets) inside the window
+--   communication_ms: ms, union of communication kernels (communication_kernel in lib/categories.sql) inside the window
 --   exposed_communication_ms: ms, communication not overlapped by computation
 --   memcpy_ms: ms, union of memcpy ops inside the window
 --   exposed_memcpy_ms: ms, memcpy not overlapped by computation or communication

@@ -146,7 +146,8 @@ RANKS = Table(
         _col("world_size", I32, "ranks", "`distributedInfo.world_size`."),
         _col("backend", STR, "", "`distributedInfo.backend` (nccl, gloo, ...)."),
         _col("pg_config", STR, "JSON", "`distributedInfo.pg_config`: process groups."),
-        _col("device_name", STR, "", "Name of the GPU the rank's kernels ran on (from `deviceProperties`)."),
+        _col("device_name", STR, "", "Name of the GPU the rank's kernels ran on (from `deviceProperties`); for an "
+             "accelerator that is not a GPU, the label of its process (`MTIA 17`)."),
         _col("device_properties", STR, "JSON", "`deviceProperties` as JSON text."),
         _col("base_time_ns", I64, "ns", "`baseTimeNanoseconds` (0 when the trace uses absolute timestamps)."),
         _col("schema_version", STR, "", "`schemaVersion`."),

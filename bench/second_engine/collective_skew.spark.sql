@@ -3,6 +3,7 @@
 -- for column, in Spark's dialect: rlike for regexp_matches, max_by(x, struct(...)) for arg_max(x, struct_pack(...)),
 -- get_json_object / from_json for json_extract, aggregate() for list_product, inlined CASEs for the macros
 -- collective_type() and collective_dtype_bytes(), and a recursive CTE (Spark >= 4.1) for the walk up the nest edges.
+-- Its kernels are the NCCL/RCCL ones: the part of communication_kernel() the synth job it runs on exercises.
 with recursive
 ck_kernels as (
     select k.rank, k.id, k.name, k.ts, k.dur, k.collective_name, k.in_msg_nelems, k.out_msg_nelems, k.dtype,

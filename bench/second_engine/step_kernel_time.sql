@@ -3,7 +3,8 @@
 -- Steps as tracekit's step_windows() (queries/lib/steps.sql): the ProfilerStep#N annotation of each rank (a cpu_op in
 -- legacy traces; where a rank has two, the user_annotation, then the longest). A kernel belongs to the step whose CPU
 -- window holds its launch call (a `launch` edge), as in tracekit's step_members(); communication kernels are those
--- named *nccl* / *rccl*, as in gpu_timeline_category().
+-- named *nccl* / *rccl*: the part of communication_kernel() (queries/lib/categories.sql) the synth job it runs on
+-- exercises.
 with step_annotations as (
     select rank, id, ts as start_ns, ts + dur as end_ns, cast(substr(name, 14) as bigint) as step,
            row_number() over (partition by rank, name

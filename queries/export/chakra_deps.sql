@@ -14,7 +14,7 @@
 --     that waited when that node started after the GPU op, else (the node launched the op and waited inside
 --     itself) the first host node of that thread starting at or after the GPU op ended;
 --   thread: a host node → the next host node of its thread (the nest structure: outermost ops in order);
---   collective: for a NCCL/RCCL kernel, on every other stream of its device, the last GPU op launched before the
+--   collective: for a communication kernel, on every other stream of its device, the last GPU op launched before the
 --     collective's launch call (PyTorch makes the NCCL stream wait for the work queued before the call).
 --   data_deps: et_data edges of an Execution Trace, between the nodes their ET nodes' linked events fold into.
 --   A dependency is written only when src starts before dst (`forward`), which keeps every file acyclic; the

@@ -19,12 +19,12 @@
 --   pid: pid as written (host ops)
 --   thread: tid as written (host ops)
 --   device: GPU device (GPU ops)
---   is_comm: true for NCCL/RCCL kernels (the communication category of gpu_timeline)
+--   is_comm: true for communication kernels (the communication category of gpu_timeline: NCCL/RCCL, DeepEP, ...)
 -- notes: Host nodes are the outermost cpu_op, runtime or driver events of each thread (chakra_owners): the ops
 --   nested inside one are part of its duration, so they are folded into it rather than simulated twice. GPU
---   nodes are every kernel, memcpy and memset. A NCCL/RCCL kernel is a communication node; its type, size and
+--   nodes are every kernel, memcpy and memset. A communication kernel is a communication node; its type, size and
 --   process group come from collective_kernels() (the kernel's own args, else its launching c10d op or nccl:*
---   annotation): send → COMM_SEND_NODE, recv → COMM_RECV_NODE, any other known type → COMM_COLL_NODE, where
+--   annotation, else its name: DeepEP dispatch/combine are ALL_TO_ALL): send → COMM_SEND_NODE, recv → COMM_RECV_NODE, any other known type → COMM_COLL_NODE, where
 --   send_recv (NCCL's SendRecv kernel, how PyTorch runs all_to_all) is ALL_TO_ALL.
 with
 gpu as materialized (

@@ -1,22 +1,42 @@
--- about: the category rules, in this one place (scalar macros).
+-- about: the category rules, in this one place (scalar macros); every sheet, the terminal, the diff, replay and the
+--   exports classify through them. docs/categories.md lists each category with its patterns, sources and limits.
 -- inputs:
 -- includes:
 -- macros:
---   gpu_timeline_category(name, kind): TraceLens's GPU timeline split: communication = kernels named *nccl* or
---     *rccl* (any case), memcpy = memcpy ops, computation = every other kernel and every memset.
+--   communication_kernel(name): true when a GPU kernel's name says it moves data between devices: NCCL/RCCL,
+--     DeepEP (its layout, epilogue and buffer-cleaning kernels are local work), NVSHMEM/rocSHMEM, MSCCL++, MORI's EP kernels,
+--     vLLM/SGLang custom all-reduce (cross_device_reduce_*, quickreduce), PyTorch symmetric memory (multimem_*)
+--     and any other kernel named after a collective (all_reduce, all_gather, reduce_scatter, all_to_all, all2all:
+--     TensorRT-LLM/FlashInfer fused all-reduce, one/two-shot all-reduce, all_to_all_vdev) unless Inductor made it.
+--   transfer_kernel(name): true for a kernel that is a device DMA (MTIA's dma_request): memcpy-like.
+--   gpu_timeline_category(name, kind): the GPU timeline split: communication = communication kernels, memcpy =
+--     memcpy ops and transfer kernels, computation = every other kernel and every memset (TraceLens's split, with
+--     its nccl/rccl name test widened to communication_kernel).
 --   op_base_name(name): lower-case op name without namespace (aten::), autograd wrapper, trailing _ or Backward.
---   op_category(name, memory_only): GEMM, attention, convolution, normalization, elementwise, reduction,
---     communication, memcpy/memset, other. memory_only: true when all the GPU work the op launched (itself or
---     through the ops below it) is memcpy/memset, false when it includes a kernel, null when there is none.
+--   op_category(name): GEMM, attention, convolution, embedding, normalization, elementwise, reduction,
+--     communication, memcpy/memset, other: from the op's name alone, so one op name has one category in every
+--     sheet, step and run.
 --   kernel_category(name, kind): the same categories from a GPU op's name and kind.
 -- notes: Deliberate differences from TraceLens's op categories: attention is its own category (TraceLens: other),
 -- reductions are called reduction (TraceLens: reduce), normalization covers forward and backward (NORM_fwd/_bwd),
--- and an op whose own GPU work is only memcpy/memset (e.g. aten::_local_scalar_dense) is memcpy/memset.
+-- embedding lookups are their own category (TraceLens: other), and vector/matrix norms (linalg_vector_norm, its
+-- NormTwoOps reduce kernel, _foreach_norm) are reductions, not normalization.
+
+create or replace macro communication_kernel(name) as
+    regexp_matches(name, '(?i)nccl|rccl|nvshmem|rocshmem|roc_shmem|mscclpp|cross_device_reduce|quickreduce'
+                         || '|multimem_|ep(dispatch|combine)(intra|inter)node')
+    or (regexp_matches(name, '(deep_ep|dpsk::ep)::')
+        and not regexp_matches(name, '(?i)get_dispatch_layout|layout::|epilogue|mask_buffer|clean_low_latency_buffer'))
+    or (regexp_matches(name, '(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|all2all')
+        and not regexp_matches(name, '^triton_(poi|red|per|tem)_'));
+
+create or replace macro transfer_kernel(name) as
+    regexp_matches(name, '^dma_request');
 
 create or replace macro gpu_timeline_category(name, kind) as
     case
-        when kind = 'memcpy' then 'memcpy'
-        when kind = 'kernel' and regexp_matches(name, '(?i)nccl|rccl') then 'communication'
+        when kind = 'memcpy' or (kind = 'kernel' and transfer_kernel(name)) then 'memcpy'
+        when kind = 'kernel' and communication_kernel(name) then 'communication'
         else 'computation'
     end;
 
@@ -27,18 +47,29 @@ create or replace macro op_base_name(name) as
             '^[a-z0-9_]+::', ''),
         '(_?backward\d*|_+)$', '');
 
-create or replace macro op_category(name, memory_only) as
+create or replace macro op_category(name) as
     case
-        when regexp_matches(lower(name), 'nccl|rccl|c10d|record_param_comms|gloo') then 'communication'
-        when memory_only then 'memcpy/memset'
+        when regexp_matches(lower(name), 'nccl|rccl|c10d|record_param_comms|gloo|symm_mem|deep_ep|custom_ar'
+                                         || '|cross_device_reduce')
+            or regexp_matches(op_base_name(name),
+                              '^(inplace_|outplace_)?(all_?reduce|all_?gather(_into_tensor)?|reduce_?scatter(_tensor)?'
+                              || '|all_?to_?all(_single)?|broadcast|barrier)(_coalesced)?$')
+            then 'communication'
+        when regexp_matches(op_base_name(name), '^(_local_scalar_dense|item|_copy_from|_copy_from_and_resize)$')
+            then 'memcpy/memset'
         when regexp_matches(op_base_name(name), 'scaled_dot_product|flash|attention|attn|sdpa|fmha')
             then 'attention'
         when regexp_matches(op_base_name(name),
                             '(^|_)(conv\dd|conv_transpose\dd|conv_tbc|conv_dilated\dd|conv_depthwise\dd|convolution)(_|$)')
             then 'convolution'
+        when regexp_matches(op_base_name(name), 'embedding') and not regexp_matches(op_base_name(name), 'rotary')
+            then 'embedding'
         when regexp_matches(op_base_name(name),
                             '^(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_scaled_grouped_mm|_grouped_mm'
-                            || '|_int_mm|_addmm_activation|mv|addmv|dot|vdot)$|gemm')
+                            || '|_int_mm|_addmm_activation|mv|addmv|dot|vdot)$'
+                            -- fbgemm's GEMMs are named by their operand and output types (f8f8bf16_rowwise)
+                            || '|^(f8f8|bf16bf16|i8i8|f8i4|bf16i4|f4f4)')
+            or regexp_matches(replace(lower(name), 'fbgemm', ''), 'gemm')
             then 'GEMM'
         when regexp_matches(op_base_name(name),
                             '^(norm|linalg_vector_norm|linalg_norm|linalg_matrix_norm|frobenius_norm|nuclear_norm'
@@ -69,13 +100,20 @@ create or replace macro op_category(name, memory_only) as
 
 create or replace macro kernel_category(name, kind) as
     case
-        when kind in ('memcpy', 'memset') then 'memcpy/memset'
-        when regexp_matches(name, '(?i)nccl|rccl') then 'communication'
-        when regexp_matches(name, '(?i)conv|implicit_gemm|fprop|dgrad|wgrad|winograd|igemm_(fwd|bwd|wrw)')
+        when kind in ('memcpy', 'memset') or (kind = 'kernel' and transfer_kernel(name)) then 'memcpy/memset'
+        when communication_kernel(name) then 'communication'
+        -- conv as a word, not inside one (vllm::_typeConvert is no convolution)
+        when regexp_matches(name, '(?i)(^|[^a-z])conv|conv_?(fwd|bwd|\dd)|convolution|implicit_gemm|fprop|dgrad'
+                                  || '|wgrad|winograd|igemm_(fwd|bwd|wrw)|[sh]cudnn')
             then 'convolution'
         when regexp_matches(name, '(?i)flash|fmha|attn|attention|sdpa') then 'attention'
-        when regexp_matches(name, '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma') then 'GEMM'
-        when regexp_matches(name, '(?i)norm|rowwisemoments|welford|gammabeta') then 'normalization'
+        when regexp_matches(name, '(?i)embedding') and not regexp_matches(name, '(?i)rotary') then 'embedding'
+        when regexp_matches(regexp_replace(name, '(?i)fbgemm', '', 'g'),
+                            '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma')
+            then 'GEMM'
+        when regexp_matches(name, '(?i)norm(zero|one|two|inf|minusinf)?ops|lpnorm') then 'reduction'
+        when regexp_matches(name, '(?i)norm|rowwisemoments|welford|gammabeta|(^|[^a-z])bn_(fw|bw)')
+            then 'normalization'
         when regexp_matches(name, '(?i)reduce|softmax|triton_red_|triton_per_|scan_kernel|cumsum') then 'reduction'
         when regexp_matches(name, '(?i)elementwise|vectorized|unrolled|pointwise|triton_poi_|foreach|fill|copy')
             then 'elementwise'

@@ -1,18 +1,22 @@
--- about: NCCL/RCCL collectives (scalar and table macros shared by collectives, collective_skew, collective_waits).
+-- about: collectives: NCCL/RCCL and every other communication kernel (scalar and table macros shared by
+--   collectives, collective_skew, collective_waits, replay and the Chakra export).
 -- inputs: events, edges, ranks
 -- includes: lib/categories
 -- macros:
 --   collective_type(text): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv,
 --     send, recv, gather, scatter, barrier, or null; from a c10d collective name (allreduce, _allgather_base,
 --     alltoall_base, ...), a `nccl:*` annotation or a kernel name (ncclDevKernel_AllGather_RING_LL, ...).
+--   kernel_collective(name): the collective a communication kernel's name implies: DeepEP's and MORI's
+--     dispatch/combine/notify kernels are all_to_all, custom all-reduce (cross_device_reduce_*, quickreduce)
+--     all_reduce, all2all(v) all_to_all, else collective_type(name).
 --   collective_dtype_bytes(t): bytes per element of a dtype as written by record_param_comms (Float, BFloat16,
 --     Long, ...) or in `Input type` (float, c10::BFloat16, long int, ...); null when unknown.
 --   bus_bandwidth_factor(type, n): nccl-tests' busbw / algbw for a group of n ranks: all_reduce 2(n-1)/n;
 --     all_gather, reduce_scatter, all_to_all, gather, scatter (n-1)/n; broadcast, reduce, send, recv,
 --     send_recv 1; null otherwise (barrier, unknown).
---   collective_kernels(): one row per NCCL/RCCL kernel (kernels named *nccl* or *rccl*, the communication category
---     of gpu_timeline) with the collective's type, size and process group (see collectives.sql for the columns
---     and where each comes from).
+--   collective_kernels(): one row per communication kernel (communication_kernel in lib/categories.sql, the
+--     communication category of gpu_timeline) with the collective's type, size and process group (see
+--     collectives.sql for the columns and where each comes from).
 
 create or replace macro collective_type(text) as
     case
@@ -29,6 +33,15 @@ create or replace macro collective_type(text) as
         when regexp_matches(lower(text), '(^|[^a-z])scatter([^a-z]|$)') then 'scatter'
         when regexp_matches(lower(text), '(^|[^a-z])send([^a-z]|$)') then 'send'
         when regexp_matches(lower(text), '(^|[^a-z])recv([^a-z]|$)') then 'recv'
+    end;
+
+create or replace macro kernel_collective(name) as
+    case
+        when regexp_matches(name, '(?i)cross_device_reduce|quickreduce') then 'all_reduce'
+        when regexp_matches(name, '(deep_ep|dpsk::ep)::|(?i:ep(dispatch|combine)(intra|inter)node)')
+             and regexp_matches(name, '(?i)dispatch|combine|notify') then 'all_to_all'
+        when regexp_matches(name, '(?i)all2all') then 'all_to_all'
+        else collective_type(name)
     end;
 
 create or replace macro collective_dtype_bytes(t) as
@@ -93,7 +106,7 @@ create or replace macro collective_kernels() as table
                     when d.kernel_id is not null then 'annotation'
                     else 'kernel_name' end as args_source,
                coalesce(collective_type(k.collective_name), collective_type(d.collective_name),
-                        collective_type(d.name), collective_type(k.name)) as collective,
+                        collective_type(d.name), kernel_collective(k.name)) as collective,
                coalesce(k.collective_name, d.collective_name, d.name) as collective_name,
                case when k.collective_name is not null then k.in_msg_nelems
                     when d.collective_name is not null then d.in_msg_nelems

@@ -18,7 +18,7 @@
 --   S of a CPU event: E of the previous sibling (the previous top-level event of its thread when it has no
 --     parent): the time between is the parent's own CPU time (no event when top-level); else S of the parent
 --     (the parent's CPU time before its first child); else nothing (idle back to the window start).
---   E of a GPU op: its S; the op's duration is gpu_compute, gpu_communication (NCCL/RCCL kernels) or gpu_memcpy.
+--   E of a GPU op: its S; the op's duration is gpu_compute, gpu_communication (communication kernels) or gpu_memcpy.
 --   S of a GPU op: the latest-ready of E of the previous op on its stream (the gap is kernel_to_kernel_gap), E of
 --     its launch call (launch_overhead: call end to op start), E of a GPU op it waits on through a sync edge
 --     (sync_wait); ties prefer stream, then sync, then launch. A predecessor still running when the op started

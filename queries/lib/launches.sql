@@ -164,8 +164,7 @@ create or replace macro op_rollup(by_shape) as table
                median(direct_ns::double) filter (where direct_gpu_ops > 0) / 1e3 as kernel_median_us,
                min(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_min_us,
                max(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_max_us,
-               sum(direct_gpu_ops)::bigint as direct_gpu_ops,
-               if(sum(subtree_gpu_ops) = 0, null, sum(subtree_kernels) = 0) as memory_only
+               sum(direct_gpu_ops)::bigint as direct_gpu_ops
         from op_calls()
         group by all
     ),
@@ -173,8 +172,7 @@ create or replace macro op_rollup(by_shape) as table
     -- rule owns, one row per reason; so the rows add up to all of the rank's GPU time
     other_owned as (
         select o.rank, coalesce(o.owner_name, '(no owner: ' || o.unowned_reason || ')') as name,
-               o.owner_id, sum(o.dur) as direct_ns, count(*) as gpu_ops, bool_and(o.kind <> 'kernel') as memory_only,
-               any_value(e.dur) as owner_dur
+               o.owner_id, sum(o.dur) as direct_ns, count(*) as gpu_ops, any_value(e.dur) as owner_dur
         from gpu_op_owners() o
         left join events e on e.rank = o.rank and e.id = o.owner_id
         where o.attribution <> 'op'
@@ -191,8 +189,7 @@ create or replace macro op_rollup(by_shape) as table
                if(bool_and(owner_id is null), null, median(direct_ns::double) / 1e3) as kernel_median_us,
                if(bool_and(owner_id is null), null, min(direct_ns) / 1e3) as kernel_min_us,
                if(bool_and(owner_id is null), null, max(direct_ns) / 1e3) as kernel_max_us,
-               sum(gpu_ops)::bigint as direct_gpu_ops, bool_and(memory_only) as memory_only,
-               bool_and(owner_id is null) as unowned
+               sum(gpu_ops)::bigint as direct_gpu_ops, bool_and(owner_id is null) as unowned
         from other_owned
         group by rank, name
     ),
@@ -201,7 +198,7 @@ create or replace macro op_rollup(by_shape) as table
         union all by name
         select * from other_grouped
     )
-    select rank, name, if(unowned, 'unowned', op_category(name, memory_only)) as category, input_dims, input_type,
+    select rank, name, if(unowned, 'unowned', op_category(name)) as category, input_dims, input_type,
            count, gpu_calls, total_cpu_ms, self_cpu_ms, direct_kernel_ms, subtree_kernel_ms,
            kernel_mean_us, kernel_median_us, kernel_min_us, kernel_max_us, direct_gpu_ops,
            100 * direct_ns / nullif(sum(direct_ns) over ranked, 0) as percent_kernel,

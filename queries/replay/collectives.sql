@@ -3,7 +3,7 @@
 -- includes: lib/collectives
 -- columns:
 --   rank: rank
---   id: events.id of the rank's NCCL/RCCL kernel
+--   id: events.id of the rank's communication kernel (NCCL/RCCL, DeepEP, custom all-reduce, ...: collective_kernels())
 --   instance: the collective instance, numbered from 0 (one process group's seq, as matched in collective_skew)
 --   transfer: ns, the rank's measured kernel end - the instance's last kernel start (last arrival): the time the
 --     collective took once every rank had arrived

@@ -27,4 +27,4 @@ where $selector = 'category' and kind in ('kernel', 'memcpy', 'memset')
   and gpu_timeline_category(name, kind) = lower($pattern)
 union all
 select rank, id, 'op' from events
-where $selector = 'category' and kind = 'cpu_op' and lower(op_category(name, false)) = lower($pattern)
+where $selector = 'category' and kind = 'cpu_op' and lower(op_category(name)) = lower($pattern)

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import shared_trace
+from tests.support.categories import communication_kernel
 from tracekit import synth
 from tracekit.cli import main
 from tracekit.output import chakra
@@ -140,13 +141,13 @@ def check_graph(et_def, tables, paths: dict[int, Path]) -> dict:
                 continue
             counts["collectives"] += 1
             event = by_id[n.id]
-            assert "nccl" in event["name"].lower()
+            assert communication_kernel(event["name"])
             earlier_compute = [i for i in gpu_ids if i in launch_ts and n.id in launch_ts
-                               and launch_ts[i] < launch_ts[n.id] and "nccl" not in by_id[i]["name"].lower()
+                               and launch_ts[i] < launch_ts[n.id] and not communication_kernel(by_id[i]["name"])
                                and by_id[i]["device"] == event["device"] and by_id[i]["stream"] != event["stream"]]
             on_gpu = [d for d in n.ctrl_deps if not attrs(node_of[d])["is_cpu_op"]]
             if earlier_compute:
-                assert any("nccl" not in node_of[d].name.lower() for d in on_gpu), \
+                assert any(not communication_kernel(node_of[d].name) for d in on_gpu), \
                     f"collective {n.id} does not depend on the GPU compute queued before it"
             counts["collectives_after_gpu"] += bool(on_gpu)
             comm_type = attrs(n).get("comm_type")
@@ -187,6 +188,20 @@ def test_synth_job(et_def, tmp_path):
     tables = load([tmp_path / "in"])
     counts = check_graph(et_def, tables, export(tables, tmp_path / "et"))
     assert counts["collectives"] > 0 and counts["collectives_after_gpu"] == counts["collectives"]
+
+
+def test_synth_expert_parallel_job(et_def, tmp_path):
+    """DeepEP dispatch/combine kernels (no NCCL args) are ALL_TO_ALL collectives, custom all-reduce ALL_REDUCE."""
+    synth.generate(tmp_path / "in", ranks=2, steps=1, seed=4, expert_parallel=True)
+    tables = load([tmp_path / "in"])
+    paths = export(tables, tmp_path / "et")
+    counts = check_graph(et_def, tables, paths)
+    assert counts["collectives"] > 0 and counts["collectives_after_gpu"] == counts["collectives"]
+    _, nodes = decode(et_def, paths[0])
+    types = {(n.name.split("<")[0], attrs(n).get("comm_type")) for n in nodes if n.type == et_def.COMM_COLL_NODE}
+    assert {("void deep_ep::intranode::dispatch", et_def.ALL_TO_ALL),
+            ("void deep_ep::intranode::combine", et_def.ALL_TO_ALL),
+            ("void vllm::cross_device_reduce_1stage", et_def.ALL_REDUCE)} <= types
 
 
 def test_dlrm_8_ranks(et_def, tmp_path):

@@ -52,7 +52,7 @@ def test_the_check_catches_a_file_that_does_not_include_what_it_calls():
     """The test above can fail: a query calling gpu_ops() and op_category() with no includes is caught, and DuckDB
     itself refuses it on a connection with only its (empty) includes loaded."""
     text = ("-- question: q\n-- inputs: events\n-- columns:\n--   n: count\n"
-            "select count(*) as n from gpu_ops() where op_category(name, false) = 'GEMM' -- not_a_call(x)\n")
+            "select count(*) as n from gpu_ops() where op_category(name) = 'GEMM' -- not_a_call(x)\n")
     query = catalog.parse_header("probe", text)
     assert undeclared_macros(query.sql, query.includes) == {"gpu_ops", "op_category"}
     assert undeclared_macros(query.sql, ("lib/launches",)) == set()  # lib/launches includes lib/categories

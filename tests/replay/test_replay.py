@@ -186,6 +186,20 @@ def test_a_scaled_replay_predicts_the_synth_capture_of_the_change(tmp_path, rank
     assert ((joined["predicted_ms"] / joined["truth_ms"] - 1).abs() <= 0.03).all(), joined
 
 
+def test_halved_communication_with_deep_ep_and_custom_all_reduce(tmp_path):
+    """category:communication covers DeepEP and custom all-reduce kernels (coupled across ranks like NCCL's):
+    halving it predicts the capture whose every collective, of any library, is twice as fast."""
+    expert = ("--ranks", "2", "--noise", "0.05", "--expert-parallel")
+    base = synth(tmp_path / "base", *expert)
+    faster = [a for lib in ("nccl", "deep_ep::", "cross_device_reduce") for a in ("--slow-kernel", f"{lib}=0.5")]
+    truth = synth(tmp_path / "fast", *expert, *faster)
+    predicted = replay(load(base), scale={"category:communication": 0.5})
+    measured = replay(load(truth)).select("rank", "step", pl.col("measured_ms").alias("truth_ms"))
+    joined = predicted.join(measured, on=["rank", "step"])
+    assert joined.height == 3 * 2
+    assert ((joined["predicted_ms"] / joined["truth_ms"] - 1).abs() <= 0.03).all(), joined
+
+
 def test_cli_prints_one_row_per_step(tmp_path):
     path = tmp_path / "step.json"
     path.write_text(json.dumps(STEP_TRACE))

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from tests.support.categories import gpu_timeline_category
+
 GPU_CATS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "Memcpy": "memcpy",
             "gpu_memset": "memset", "Memset": "memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
@@ -104,12 +106,8 @@ def has_partial_entry(text: bytes, complete: list) -> bool:
 
 
 def gpu_category(e: Event) -> str:
-    kind = GPU_CATS[e.cat]
-    if kind == "memcpy":
-        return "memcpy"
-    if kind == "kernel" and re.search("nccl|rccl", e.name, re.IGNORECASE):
-        return "communication"
-    return "computation"
+    """The GPU timeline's category of a GPU op, by docs/categories.md's rule (tests/support/categories.py)."""
+    return gpu_timeline_category(e.name, GPU_CATS[e.cat])
 
 
 def union_ns(intervals) -> int:

@@ -70,7 +70,7 @@ def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     Tables: events, edges, instants, flows, threads, processes, ranks, diagnostics, et_nodes, et_tensors
     (`tracekit schema`). Each analysis is a view of its name (`tracekit queries`): select * from op_summary.
     Macros: ancestors(rank, id), descendants(rank, id), overlapping(rank, id), step_events(step), step_members(),
-    gpu_ops(), op_calls(), step_windows(), op_category(name, memory_only), ... (.macros at the prompt).
+    gpu_ops(), op_calls(), step_windows(), op_category(name), ... (.macros at the prompt).
     """
     query, inputs = split_query(query_and_inputs, query_file)
     if not inputs:

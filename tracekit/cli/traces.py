@@ -98,6 +98,8 @@ def report(traces, out_dir, rank, force, scheduler):
               help="Multiply the durations of kernels whose name contains NAME (repeatable).")
 @click.option("--queued-kernels", type=click.IntRange(min=0), default=0, show_default=True,
               help="Kernels queued before the profiling window: on the GPU, with no launch call in the trace.")
+@click.option("--expert-parallel", is_flag=True,
+              help="Each forward layer also runs DeepEP-style dispatch/combine and a vLLM-style custom all-reduce.")
 @click.option("--merged", is_flag=True, help="Also write merged/merged.json holding every rank (TraceFuse style).")
 @click.option("--gzip", "gzip_output", is_flag=True, help="Write .json.gz files.")
 @click.option("--serving", type=click.Choice(["vllm", "sglang"]), default=None,
@@ -108,14 +110,15 @@ def report(traces, out_dir, rank, force, scheduler):
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for rank{r}.json and ground_truth.json.")
 @user_errors
-def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, serving,
-          graph_launch, out_dir):
+def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, expert_parallel, merged,
+          gzip_output, serving, graph_launch, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job (or, with --serving, of an LLM serving
     engine), with their exact ground truth."""
     from tracekit import synth as synthetic
     if serving:
-        if merged or noise or slow_kernels:
-            raise InputError("--serving: --merged, --noise and --slow-kernel apply to training traces only")
+        if merged or noise or slow_kernels or expert_parallel:
+            raise InputError("--serving: --merged, --noise, --slow-kernel and --expert-parallel apply to training "
+                             "traces only")
         config = synthetic.ServingConfig(engine=serving, ranks=ranks, iterations=steps, layers=max(1, round(2 * scale)),
                                          seed=seed, graph_launch=graph_launch, queued_kernels=queued_kernels,
                                          gzip=gzip_output)
@@ -125,7 +128,7 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
         return
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
-                               merged=merged, gzip=gzip_output)
+                               merged=merged, gzip=gzip_output, expert_parallel=expert_parallel)
     entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])
     stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
                  f"({ranks} ranks, {entries:,} trace events) and {synthetic.GROUND_TRUTH_FILE}")

@@ -69,7 +69,8 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
     Each (rank, step) is scoped on a pseudo-rank of its own (tracekit/query/step_scope.py): every analysis keys on
     rank, so one run over views of the scoped rows computes it for every step at once (no copy of the tables). A
     section whose per-step source is not its source gets its source per step as that result summed by its keys
-    (op_summary and op_categories from op_by_shape: rollups of the same op calls).
+    (op_summary from op_by_shape: rollups of the same op calls; op_categories runs per step itself, over the
+    per-step op_by_shape, since its call count is not a sum of op_by_shape's).
     """
     with catalog.connect(tables) as con:
         scopes = step_scope.define_scopes(con)  # every step on a rank of its own

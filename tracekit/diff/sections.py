@@ -109,7 +109,7 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
             ("total_us",), False, ("category",), per_step_source="kernel_summary", metric_name="kernel:NAME",
             top_changes="unless_kernel_names_differ"),
     Section("categories", "op_categories", {"category": pl.String}, (COUNT, sum_ms("direct_kernel_ms", "kernel")),
-            ("direct_kernel_ms",), False, per_step_source="op_by_shape", metric_name="category:NAME",
+            ("direct_kernel_ms",), False, per_step_source="op_categories", metric_name="category:NAME",
             top_changes="when_kernel_names_differ"),
     Section("collectives", "collectives",
             {"collective": pl.String, "dtype": pl.String, "bytes": pl.Int64, "group_size": pl.Int64},

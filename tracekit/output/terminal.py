@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tracekit.output.workbooks import Analyses
+from tracekit.output.workbooks import Analyses, device_word
 from tracekit.output.workbooks import Progress as ProgressCallback
 
 BREAKDOWN = {"computation": "computation", "exposed_communication": "exposed communication",
-             "exposed_memcpy": "exposed memcpy", "idle": "idle", "total": "GPU window"}
+             "exposed_memcpy": "exposed memcpy", "idle": "idle", "total": "{device} window"}
 RANK_ROWS_SHOWN = 8
 QUERIES = ("diagnostics_reasons",)  # run for this summary only
 TOP = 5
@@ -45,10 +45,11 @@ def print_summary(console: Console, done: Analyses, paths: list[Path], problems:
         console.print(f"[bold]wrote[/] {paths[0].parent}/: " + ", ".join(p.name for p in paths[:6])
                       + (f", … ({len(paths)} workbooks)" if len(paths) > 6 else ""))
     timeline = results.get("gpu_timeline")
+    device = device_word(results)
     if timeline is not None and timeline.filter(pl.col("time_ms") > 0).height:
-        console.print(breakdown_table(timeline, ranks))
+        console.print(breakdown_table(timeline, ranks, device))
     else:
-        console.print("No GPU work in the traces (or no GPU op with a launch call).")
+        console.print(f"No {device} work in the traces (or no {device} op with a launch call).")
     single = len(ranks) == 1
     ops = results.get("op_summary" if single else "op_compare")
     kernels = results.get("kernel_summary" if single else "kernel_compare")
@@ -79,12 +80,13 @@ def share_denominator(ops: pl.DataFrame | None, kernels: pl.DataFrame | None) ->
     return f" (% of all GPU op time, {total_ms:,.3f} ms{unowned})"
 
 
-def breakdown_table(timeline: pl.DataFrame, ranks: list[int]) -> Table:
+def breakdown_table(timeline: pl.DataFrame, ranks: list[int], device: str = "GPU") -> Table:
     shown = ranks[:RANK_ROWS_SHOWN]
-    table = Table(title="GPU time, ms (% of the GPU window)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=f"{device.capitalize() if device != 'GPU' else device} time, ms (% of the {device} window)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("rank", justify="right", no_wrap=True)
     for label in BREAKDOWN.values():
-        table.add_column(label, justify="right")
+        table.add_column(label.format(device=device), justify="right")
     cells = {(r["category"], r["rank"]): r for r in timeline.iter_rows(named=True)}
     for rank in shown:
         row = [str(rank)]

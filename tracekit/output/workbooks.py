@@ -105,10 +105,34 @@ def parse_sheet(raw: dict) -> SheetSpec:
                      tuple(raw.get("skip", ())), tuple(raw.get("order", ())))
 
 
+# Text of a workbook that people read: sheet names, titles, headers, axis titles (never column or query names).
+WORDED_KEYS = ("name", "title", "header", "x_title", "y_title")
+
+
+def device_word(results: dict[str, pl.DataFrame]) -> str:
+    """GPU, or device when the ranks' accelerators are all something else (MTIA: rank_info.device_type)."""
+    info = results.get("rank_info")
+    types = set(info["device_type"].drop_nulls()) if info is not None and "device_type" in info.columns else set()
+    return "device" if types and "GPU" not in types else "GPU"
+
+
+def worded(raw, device: str):
+    """The workbook definition with "GPU" in its people-facing text said as `device` (Device at a text's start)."""
+    if isinstance(raw, list):
+        return [worded(v, device) for v in raw]
+    if not isinstance(raw, dict):
+        return raw
+    return {k: re.sub(r"\bGPU\b", lambda m: device.capitalize() if m.start() == 0 else device, v)
+            if k in WORDED_KEYS and isinstance(v, str) else worded(v, device) for k, v in raw.items()}
+
+
 @cache
-def workbook_spec(name: str) -> WorkbookSpec:
+def workbook_spec(name: str, device: str = "GPU") -> WorkbookSpec:
+    """reports/NAME.toml; with `device` other than GPU, its headings name the device so."""
     path = reports_dir() / f"{name}.toml"
     raw = tomllib.loads(path.read_text())
+    if device != "GPU":
+        raw = worded(raw, device)
     try:
         return WorkbookSpec(name, raw["file"], raw.get("per_rank", False), raw.get("min_ranks", 1),
                             tuple(parse_sheet(s) for s in raw["sheets"]))
@@ -276,6 +300,7 @@ def write_workbooks(done: Analyses, jobs: list[tuple[WorkbookSpec, int | None]],
         else:
             data = {name: per_rank[name].get(rank, frame.clear()) for name, frame in done.results.items()
                     if "rank" in frame.columns}
+        spec = workbook_spec(spec.name, device_word(data))
         notes += write_workbook(path, sheets_for(spec, data, done.failures, notes), style())
     return list(dict.fromkeys(notes))
 

@@ -124,7 +124,7 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
         "threads": threads,
         "processes": processes,
         "diagnostics": schema.conform("diagnostics", notes),
-        "ranks": _ranks_table(parts, source, rank, rank_source, entries.entry_count, events),
+        "ranks": _ranks_table(parts, source, rank, rank_source, entries.entry_count, events, processes),
     }
     return FileTables(tables, entries.entry_count)
 
@@ -182,30 +182,47 @@ def _metadata_value(args: str | None, key: str, integer: bool) -> tuple[str | in
 TOP_LEVEL_COLUMNS = ("traceEvents", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "schemaVersion")
 
 
-def _ranks_table(parts: TraceParts, source: str, rank: int, rank_source: str, n: int, events: pa.Table) -> pa.Table:
+def _ranks_table(parts: TraceParts, source: str, rank: int, rank_source: str, n: int, events: pa.Table,
+                 processes: pa.Table) -> pa.Table:
     info = top_value(parts, "distributedInfo")
     info = info if isinstance(info, dict) else {}
     devices = top_value(parts, "deviceProperties")
     rest = [(k, v) for k, v in parts.top.items() if k not in TOP_LEVEL_COLUMNS]
     metadata = "{" + ",".join(msgspec.json.encode(k).decode() + ":" + v.decode() for k, v in rest) + "}"
-    gpu = pl.from_arrow(events.select(["rank", "kind", "device"])).filter(
-        pl.col("kind").is_in(list(schema.GPU_KINDS)) & pl.col("device").is_not_null())
+    gpu = pl.from_arrow(events.select(["rank", "kind", "device", "pid"])).filter(
+        pl.col("kind").is_in(list(schema.GPU_KINDS)))
+    labels = _accelerator_labels(processes)
     ranks = pl.from_arrow(events.column("rank")).unique().sort().to_list() or [rank]  # no events: the file's rank
     rows = []
     for r in ranks:
-        used = gpu.filter(pl.col("rank").eq_missing(r))["device"].mode().sort().to_list()
+        on_rank = gpu.filter(pl.col("rank").eq_missing(r))
+        used = on_rank["device"].drop_nulls().mode().sort().to_list()
+        pids = on_rank["pid"].drop_nulls().mode().sort().to_list()
         rows.append(dict(
             rank=r, source_file=source, rank_source="event_args" if len(ranks) > 1 else rank_source,
             world_size=info.get("world_size") if is_rank(info.get("world_size")) else None,
             backend=info.get("backend") if isinstance(info.get("backend"), str) else None,
             pg_config=msgspec.json.encode(info["pg_config"]).decode() if "pg_config" in info else None,
-            device_name=_device_name(devices, used[0] if used else None),
+            device_name=_device_name(devices, used[0] if used else None)
+            or (labels.get((r, pids[0])) if pids else None),
             device_properties=top_json(parts, "deviceProperties"),
             base_time_ns=base_time_ns(parts),
             schema_version=str(v) if (v := top_value(parts, "schemaVersion")) is not None else None,
             trace_metadata=metadata, trace_entries=n,
         ))
     return pa.Table.from_pylist(rows, schema=schema.RANKS.arrow_schema)
+
+
+def _accelerator_labels(processes: pa.Table) -> dict[tuple[int, str], str]:
+    """(rank, pid) → the label (else name) of a process that is an accelerator other than a GPU ("MTIA 17"): the
+    device's name where the trace has no deviceProperties. Kineto labels GPU processes "GPU N", which names no
+    model: those give none."""
+    out = {}
+    for row in processes.select(["rank", "pid", "process_name", "labels"]).to_pylist():
+        label = row["labels"] or row["process_name"]
+        if label and re.match(r"(MTIA|TPU|HPU|NPU|XPU)\b", label):
+            out[(row["rank"], row["pid"])] = label
+    return out
 
 
 def _device_name(devices, device: int | None) -> str | None:

@@ -78,6 +78,7 @@ def rank_truth(sim: RankSim, entries: list[dict]) -> dict:
         "gpu_timeline": gpu_timeline(sim.intervals),
         "launch_pairs": sim.launch_pairs,
         "collectives": [{**c, "start": epoch(c["start"])} for c in sim.collectives],
+        "library_collectives": [{**c, "start": epoch(c["start"])} for c in sim.library_kernels],
         "syncs": [{**s, "runtime_start": epoch(s["runtime_start"]), "gpu_done_at": epoch(s["gpu_done_at"])}
                   for s in sim.syncs],
         "queued_before_window": [{**q, "start": epoch(q["start"])} for q in sim.queued],
@@ -96,12 +97,15 @@ TRUTH_DEFINITIONS = {
                              "counted once even where calls of the op nest",
     "ops.gemm_flops": "2*M*N*K (times batch for bmm) of GEMM ops; bias adds not counted",
     "kernels": "every kernel event in the file, including those queued before the window (see queued_before_window)",
-    "gpu_timeline": "GPU ops with a launcher; communication = kernels named nccl/rccl, memcpy = memcpy ops, "
+    "gpu_timeline": "GPU ops with a launcher; communication = the kernels the simulation made as communication "
+                    "(NCCL collectives; with expert_parallel also library_collectives), memcpy = memcpy ops, "
                     "computation = other kernels and memsets; each the union of its intervals; exposed_comm = "
                     "communication minus computation; exposed_memcpy = memcpy minus computation minus communication; "
                     "busy = union of all; total = last end - first start; idle = total - busy",
     "launch_pairs": "runtime calls linked by correlation to a GPU op (kernel, memcpy, memset)",
     "collectives": "NCCL kernels in order; start/dur of the kernel; bytes = In msg nelems * 4 (float32)",
+    "library_collectives": "with expert_parallel: DeepEP dispatch/combine (collective all_to_all) and vLLM custom "
+                           "all-reduce (all_reduce) kernels in order, with no NCCL args; start/dur of the kernel",
     "syncs": "synchronising runtime calls and their cuda_sync events: wait_on_stream = the stream whose work is "
              "waited for (-1: every stream); signal_correlation = last GPU op on that stream (for Context Sync: on the "
              "stream finishing last) when the event was recorded or the call made; "

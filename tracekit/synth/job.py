@@ -58,6 +58,21 @@ NCCL_KERNELS = {
     "_allgather_base": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     "_reduce_scatter_base": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
 }
+# With --expert-parallel: DeepEP-style expert-parallel exchange and a vLLM-style custom all-reduce per layer.
+# name → (kernel, the collective it is, its stream). No NCCL args: only the kernel name says what they are.
+LIBRARY_KERNELS = {
+    "notify_dispatch": ("void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int, "
+                        "int, bool const*, int*, int*, int, int, int, void**, int**, int)", "all_to_all", COMM),
+    "dispatch": ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, long*, float*, int*, int*, int*, "
+                 "int4 const*, float const*, long const*, float const*, bool const*, int const*, int, int, int, int, "
+                 "int, int, int, void**, int, int, int)", "all_to_all", COMM),
+    "combine": ("void deep_ep::intranode::combine<float, 8, 768, 4096>(float*, float*, float const*, float const*, "
+                "float const*, int const*, int const*, int const*, int const*, int, int, int, int, void**, int, int, "
+                "int, int)", "all_to_all", COMM),
+    "custom_all_reduce": ("void vllm::cross_device_reduce_1stage<float, 8>(vllm::RankData*, vllm::RankSignals, "
+                          "vllm::Signal*, float*, int, int)", "all_reduce", COMPUTE),
+}
+NVLINK_BYTES_PER_NS = 300  # custom all-reduce and DeepEP intranode: NVLink, 300 GB/s
 
 
 def gemm_kernel(layout: str, batched: bool = False) -> str:
@@ -120,6 +135,7 @@ class SynthConfig:
     noise_seed: int = 0  # with the same seed, a different capture of the same job
     slow_kernels: dict[str, float] = field(default_factory=dict)  # kernel name substring → duration factor
     queued_kernels: int = 0  # kernels queued before the profiling window (no launch call in the trace)
+    expert_parallel: bool = False  # each forward layer also runs a DeepEP exchange and a custom all-reduce
     merged: bool = False
     gzip: bool = False
 
@@ -206,16 +222,22 @@ class Op:
 
 @dataclass(frozen=True)
 class Collective:
-    name: str  # the `Collective name` arg
+    name: str  # the `Collective name` arg (NCCL), else a LIBRARY_KERNELS key
     in_nelems: int
     out_nelems: int
 
     @property
     def kernel(self) -> str:
-        return NCCL_KERNELS[self.name]
+        return NCCL_KERNELS[self.name] if self.name in NCCL_KERNELS else LIBRARY_KERNELS[self.name][0]
+
+    @property
+    def stream(self) -> int:
+        return COMM if self.name in NCCL_KERNELS else LIBRARY_KERNELS[self.name][2]
 
     def transfer_ns(self, world: int) -> int:
-        """Ring algorithm time once every rank has arrived."""
+        """Ring algorithm time once every rank has arrived (NVLink one-shot for the library kernels)."""
+        if self.name not in NCCL_KERNELS:
+            return NCCL_LATENCY // 2 + self.in_nelems * F32 // NVLINK_BYTES_PER_NS
         if self.name == "allreduce":
             moved = 2 * (world - 1) * self.in_nelems * F32 // world
         else:
@@ -351,6 +373,13 @@ class JobPlan:
         self.grad_allreduces = [Collective("allreduce", len(b) * m.layer_params, len(b) * m.layer_params)
                                 for b in self.bucket_layers]
         self.embedding_reduce_scatter = Collective("_reduce_scatter_base", embedding, math.ceil(embedding / world))
+        # --expert-parallel, after each forward layer: (op name, the collectives it runs in order)
+        self.expert_exchange = (
+            ("deep_ep::dispatch", (Collective("notify_dispatch", world * 64, world * 64),
+                                   Collective("dispatch", t * h, t * h))),
+            ("deep_ep::combine", (Collective("combine", t * h, t * h),)),
+            ("_C_custom_ar::all_reduce", (Collective("custom_all_reduce", t * h, t * h),)),
+        )
 
     def efficiency(self, name: str, low: float, high: float) -> float:
         """How close a kernel gets to the device's peak: a property of the kernel, fixed by the seed."""

@@ -23,6 +23,7 @@ from tracekit.synth.job import (
     GPUS_PER_NODE,
     HOST_PID,
     K_FILL,
+    LIBRARY_KERNELS,
     LAUNCH_LATENCY,
     LAUNCHER,
     MEMCPY_D2H,
@@ -95,6 +96,7 @@ class RankSim:
         self.intervals: dict[str, list[tuple[int, int]]] = {"computation": [], "communication": [], "memcpy": []}
         self.launch_pairs = 0
         self.collectives: list[dict] = []
+        self.library_kernels: list[dict] = []  # --expert-parallel: DeepEP and custom all-reduce kernels
         self.syncs: list[dict] = []
         self.steps: list[dict] = []
         self.queued: list[dict] = []
@@ -172,7 +174,7 @@ class RankSim:
         self.enqueue(work.kind, work.name, work.stream, gpu_start, self.jitter(dur), correlation, work.args)
 
     def enqueue(self, kind: str, name: str, stream: int, start: int, dur: int, correlation: int, static_args: dict,
-                launched: bool = True) -> None:
+                launched: bool = True, communication: bool = False) -> None:
         assert start >= self.stream_free[stream], "GPU ops on one stream must not overlap"
         self.stream_free[stream] = start + dur
         self.last_on_stream[stream] = correlation
@@ -199,8 +201,8 @@ class RankSim:
         for waiting in self.awaiting_release.pop(stream, ()):
             waiting["released_correlation"] = correlation
         self.launch_pairs += 1
-        category = ("communication" if kind == "kernel" and ("nccl" in name.lower() or "rccl" in name.lower())
-                    else "memcpy" if kind == "memcpy" else "computation")
+        # by construction, not by name: the truth stays independent of the name rule it checks
+        category = "communication" if communication else "memcpy" if kind == "memcpy" else "computation"
         self.intervals[category].append((start, start + dur))
         self.step_gpu = [min(self.step_gpu[0], start), max(self.step_gpu[1], start + dur)] if self.step_gpu else [start, start + dur]
         assert self.cpu_ops, f"{name} launched outside any cpu_op"
@@ -332,11 +334,29 @@ class RankSim:
         ready = max(start + self.jitter(LAUNCH_LATENCY), self.stream_free[COMM])
         end = yield c, ready
         static = {**self.plan.kernel(c.kernel, 0, [max(1, world), 1, 1], [512, 1, 1], COMM).args, **pg_args}
-        self.enqueue("kernel", c.kernel, COMM, ready, end - ready, correlation, static)
+        self.enqueue("kernel", c.kernel, COMM, ready, end - ready, correlation, static, communication=True)
         self.end(frame)
         self.collectives.append({"collective_name": c.name, "kernel": c.kernel, "correlation": correlation,
                                  "in_nelems": c.in_nelems, "out_nelems": c.out_nelems, "dtype": "Float",
                                  "bytes": c.in_nelems * F32, "start": ready, "dur": end - ready})
+
+    def library_collectives(self, op_name: str, parts: tuple[Collective, ...]) -> Iterator[tuple[Collective, int]]:
+        """An op of a communication library (DeepEP, custom all-reduce): its kernels have no NCCL args; each meets
+        the other ranks like a collective. Kernels on the communication stream wait for the compute stream."""
+        frame = self.begin("cpu_op", op_name, {})
+        for c in parts:
+            if c.stream == COMM:
+                self.stream_wait(COMM, self.event_record(COMPUTE))
+            correlation, start, _ = self.runtime_call("cudaLaunchKernel", flow=True)
+            ready = max(start + self.jitter(LAUNCH_LATENCY), self.stream_free[c.stream])
+            end = yield c, ready
+            static = self.plan.kernel(c.kernel, 0, [24, 1, 1], [768, 1, 1], c.stream).args
+            self.enqueue("kernel", c.kernel, c.stream, ready, end - ready, correlation, static, communication=True)
+            self.library_kernels.append({"op": op_name, "kernel": c.kernel, "collective": LIBRARY_KERNELS[c.name][1],
+                                         "correlation": correlation, "start": ready, "dur": end - ready})
+        self.end(frame)
+        if any(c.stream == COMM for c in parts):
+            self.stream_wait(COMPUTE, self.event_record(COMM))
 
     # ----------------------------------------------------------------- the program
 
@@ -362,6 +382,9 @@ class RankSim:
         for layer in range(plan.model.layers):
             for op in plan.layer:
                 self.run_op(op, tape, layer)
+            if self.config.expert_parallel:
+                for op_name, parts in plan.expert_exchange:
+                    yield from self.library_collectives(op_name, parts)
         self.run_op(plan.loss, tape, plan.model.layers)
 
         # loss.backward(): the autograd thread runs the backward; the main thread waits for it.
