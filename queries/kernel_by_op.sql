@@ -3,9 +3,14 @@
 -- includes: lib/categories, lib/exact, lib/launches
 -- columns:
 --   rank: rank
---   op_name: innermost cpu_op enclosing the launch call (null when there is none: see attribution)
+--   op_name: the GPU op's owner (see attribution): an op, annotation or Python frame name, or the graph launch as
+--     CALL[graph N, K kernels]; null when nothing owns it
 --   op_category: category of op_name (op_category in lib/categories.sql: from the name alone)
---   attribution: op (launch call inside a cpu_op), no_enclosing_op (launch call outside every cpu_op), no_launcher (no launch call in the trace)
+--   attribution: which rule owned it: op (innermost cpu_op enclosing the launch call), annotation or python_frame
+--     (launch call outside every op: the innermost user_annotation or Python frame enclosing it), graph_launch (a
+--     CUDA/HIP graph launch enclosed by none of those: the launch itself), none (owned by no rule)
+--   unowned_reason: why attribution is none: no launch call in the trace (queued before the profiling window), or
+--     launch call outside every op, annotation and Python frame; null when owned
 --   kernel_name: GPU op name
 --   kind: kernel, memcpy or memset
 --   stream: GPU stream
@@ -20,25 +25,28 @@
 --   percent_kernel_time: percent of the rank's summed GPU op durations
 --   percent_total_time: percent of the rank's GPU span (first GPU op start to last GPU op end)
 -- notes: Like TraceLens's kernel_summary sheet (grouped by parent op, kernel, stream), with memcpys and memsets
---   included, so the rows of an op sum to its direct_kernel_ms in op_summary. Every GPU op of the rank appears:
---   those with no owning op are kept with a null op_name and say why in attribution.
+--   included, so the rows of an owner sum to its direct_kernel_ms in op_summary. Every GPU op of the rank appears,
+--   owned by the first rule that applies (gpu_op_owners() in lib/launches.sql): the op, then the annotation or
+--   Python frame, then the graph launch. Step and iteration markers (ProfilerStep#N, the serving engines'
+--   iteration annotations and frames, lib/iterations.sql) and built-in Python frames (`<built-in method ...>`, C
+--   functions named with an object address) own nothing: they would own every GPU op of a step. Kernels replayed
+--   from a graph share their launch's correlation, so without the capture all of a graph's kernels have one owner.
+--   GPU ops owned by no rule are kept with a null op_name and say why in unowned_reason.
 with ops as (select * from gpu_op_owners()),
 per_rank as (
     select rank, sum(dur) as all_ns, max(end_ns) - min(start_ns) as span_ns from ops group by rank
 ),
 owned as (
-    select *,
-           case when op_id is not null then 'op' when call_id is not null then 'no_enclosing_op' else 'no_launcher' end
-               as attribution
+    select * exclude (op_name), owner_name as op_name
     from ops
 )
 select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name)) as op_category,
-       o.attribution, o.name as kernel_name, o.kind, o.stream, kernel_category(o.name, o.kind) as category,
+       o.attribution, o.unowned_reason, o.name as kernel_name, o.kind, o.stream, kernel_category(o.name, o.kind) as category,
        count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
        median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
        stddev_ns(o.dur) / 1e3 as stddev_us,
        100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
        100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
 from owned o join per_rank p on p.rank = o.rank
-group by o.rank, o.op_name, o.attribution, o.name, o.kind, o.stream
+group by o.rank, o.op_name, o.attribution, o.unowned_reason, o.name, o.kind, o.stream
 order by o.rank, total_us desc, op_name, kernel_name, stream

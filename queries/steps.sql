@@ -1,10 +1,11 @@
--- question: How long is each training step (ProfilerStep#N) on each rank, and how does the GPU spend it?
+-- question: How long is each training step (ProfilerStep#N) or serving iteration on each rank, and how does the GPU
+--   spend it?
 -- inputs: events, edges
 -- includes: lib/steps
 -- columns:
 --   rank: rank
---   step: N of ProfilerStep#N
---   name: ProfilerStep#N
+--   step: N of ProfilerStep#N; for serving iterations, their number in start order (1, 2, ...)
+--   name: the marker's name: ProfilerStep#N, or the iteration's annotation or frame
 --   start_ns: ns, start of the CPU step annotation (epoch ns)
 --   end_ns: ns, end of the CPU step annotation
 --   duration_ms: ms, end_ns - start_ns
@@ -20,11 +21,18 @@
 --   gpu_duration_ms: ms, gpu_end_ns - gpu_start_ns
 --   gpu_window_source: gpu_annotation (the trace's GPU-side ProfilerStep#N) or launches (span of the GPU ops
 --     launched from inside the CPU step); null when the step launched nothing
+--   marker: what defined the step (lib/iterations.sql): profiler_step, vllm_annotation, sglang_annotation,
+--     vllm_python_frame
+--   phase: prefill, decode or mixed, as the iteration's marker says (null for ProfilerSteps and where the marker
+--     does not say)
+--   batch_size: sequences in the iteration, as its marker says (null where it does not)
+--   tokens: tokens the iteration processes, as its marker says (null where it does not)
 --   unlaunched_gpu_ms: ms, union of GPU ops inside the window that have no launch call in the trace (queued
 --     before the profiling window): left out of busy, so a step with unlaunched_gpu_ms > 0 has an incomplete
 --     breakdown (step_stats leaves such steps out)
--- notes: A step is the CPU user_annotation ProfilerStep#N (a cpu_op in legacy traces); ranks without one have no
---   rows. The GPU breakdown uses
+-- notes: A step is the CPU user_annotation ProfilerStep#N (a cpu_op in legacy traces); on a rank without one, a
+--   serving engine's iteration (vLLM's and SGLang's iteration annotations, else vLLM V1's execute_model frames:
+--   step_windows() in lib/steps.sql); ranks with neither have no rows. The GPU breakdown uses
 --   TraceLens's gpu_timeline definitions (GPU ops with a launch edge; unions of intervals over all streams) and is
 --   clipped to the CPU step window, not to the GPU window. Why: consecutive CPU steps tile the profiled time, so
 --   per-step busy + idle add up to the step durations with nothing counted twice or lost between steps; the CPU

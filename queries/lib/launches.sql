@@ -1,15 +1,24 @@
 -- about: who launched which GPU work, as table macros shared by the analyses (defined once, used by several).
 -- inputs: events, edges
--- includes: lib/categories
+-- includes: lib/categories, lib/iterations
 -- macros:
 --   gpu_ops(): every kernel, memcpy and memset with its launch call (call_id, null when none is in the trace).
---   launch_op_ancestors(): for every launch call, each cpu_op above it on its thread (via nest edges), with
+--   launch_op_ancestors(): for every launch call, each cpu_op above it on its thread (launch_ancestors()), with
 --     `innermost` marking the nearest one and `outermost_of_name` the outermost one of each name; carries the
---     call's GPU time. Found by a recursive CTE that climbs one tree level per iteration for all calls at once.
+--     call's GPU time.
 --   op_calls(): one row per cpu_op call: cpu time, self time, direct, subtree and owned subtree GPU time (and op
 --     counts).
---   gpu_op_owners(): gpu_ops() plus the innermost enclosing cpu_op of the launch call (op_id, op_name).
---   op_rollup(by_shape): op_calls() summed per (rank, name) or per (rank, name, input_dims, input_type).
+--   launch_ancestors(): for every launch call, each event above it on its thread (via nest edges): node,
+--     node_kind, depth (1 = the call's parent), ops_passed (cpu_ops from the call up to the node, inclusive), and
+--     the call's GPU ops, kernels and GPU time. Found by a recursive CTE that climbs one tree level per iteration for
+--     all calls at once.
+--   gpu_op_owners(): gpu_ops() plus the innermost enclosing cpu_op of the launch call (op_id, op_name), and the
+--     GPU op's owner by the first rule that applies: owner_id, owner_name, attribution (op, annotation,
+--     python_frame, graph_launch, none) and unowned_reason (see kernel_by_op).
+--   op_rollup(by_shape): op_calls() summed per (rank, name) or per (rank, name, input_dims, input_type), plus the
+--     GPU time no cpu_op owns: a row per other owner name (annotation, Python frame, graph launch; count = their
+--     calls, CPU time = their durations, no self time or shapes) and a row per reason nothing owns it (name
+--     `(no owner: REASON)`, category `unowned`, count = GPU ops); shares are of all the rank's GPU time.
 -- notes: Definitions (TraceLens's, checked on its reference CSVs): an op's direct kernel time is the summed duration of
 -- the GPU ops (kernels, memcpys, memsets) whose launch call's innermost enclosing cpu_op is that op; its subtree
 -- kernel time adds the direct time of every cpu_op below it. Self CPU time is the op's duration minus the
@@ -25,11 +34,11 @@ create or replace macro gpu_ops() as table
     left join edges l on l.kind = 'launch' and l.rank = g.rank and l.dst = g.id
     where g.kind in ('kernel', 'memcpy', 'memset') and g.ts is not null;
 
-create or replace macro launch_op_ancestors() as table
+create or replace macro launch_ancestors() as table
     with recursive
     nest_up as materialized (
-        select n.rank, n.dst as child, n.src as parent, p.id is not null as parent_is_op
-        from edges n left join (select rank, id from events where kind = 'cpu_op') p on p.rank = n.rank and p.id = n.src
+        select n.rank, n.dst as child, n.src as parent, p.kind as parent_kind
+        from edges n left join events p on p.rank = n.rank and p.id = n.src
         where n.kind = 'nest'
     ),
     calls as materialized (
@@ -38,19 +47,25 @@ create or replace macro launch_op_ancestors() as table
         from gpu_ops() where call_id is not null
         group by rank, call_id
     ),
-    climb(rank, call_id, node, node_is_op, ops_passed) as (
-        select rank, call_id, call_id, false, 0 from calls
+    climb(rank, call_id, node, node_kind, depth, ops_passed) as (
+        select rank, call_id, call_id, null::varchar, 0, 0 from calls
         union all
-        select c.rank, c.call_id, u.parent, u.parent_is_op, c.ops_passed + u.parent_is_op::int
+        select c.rank, c.call_id, u.parent, u.parent_kind, c.depth + 1,
+               c.ops_passed + (u.parent_kind is not distinct from 'cpu_op')::int
         from climb c join nest_up u on u.rank = c.rank and u.child = c.node
     )
-    select c.rank, c.call_id, c.node as op_id, c.ops_passed = 1 as innermost,
-           c.ops_passed = max(c.ops_passed) over (partition by c.rank, c.call_id, o.name) as outermost_of_name,
-           k.gpu_ops, k.kernels, k.gpu_ns
+    select c.rank, c.call_id, c.node, c.node_kind, c.depth, c.ops_passed, k.gpu_ops, k.kernels, k.gpu_ns
     from climb c
     join calls k on k.rank = c.rank and k.call_id = c.call_id
+    where c.depth > 0;
+
+create or replace macro launch_op_ancestors() as table
+    select c.rank, c.call_id, c.node as op_id, c.ops_passed = 1 as innermost,
+           c.ops_passed = max(c.ops_passed) over (partition by c.rank, c.call_id, o.name) as outermost_of_name,
+           c.gpu_ops, c.kernels, c.gpu_ns
+    from launch_ancestors() c
     join events o on o.rank = c.rank and o.id = c.node
-    where c.node_is_op;
+    where c.node_kind = 'cpu_op';
 
 create or replace macro op_calls() as table
     with attributed as (
@@ -84,11 +99,55 @@ create or replace macro op_calls() as table
     where e.kind = 'cpu_op';
 
 create or replace macro gpu_op_owners() as table
-    select g.*, a.op_id, o.name as op_name
-    from gpu_ops() g
-    left join (select rank, call_id, op_id from launch_op_ancestors() where innermost) a
-           on a.rank = g.rank and a.call_id = g.call_id
-    left join op_calls() o on o.rank = a.rank and o.id = a.op_id;
+    with goo_gpu as materialized (select * from gpu_ops()),
+    goo_ancestors as materialized (
+        select a.rank, a.call_id, a.node, a.node_kind, a.depth
+        from launch_ancestors() a
+        join events e on e.rank = a.rank and e.id = a.node
+        where (a.node_kind = 'cpu_op' and a.ops_passed = 1)
+           or (a.ops_passed = 0 and a.node_kind in ('user_annotation', 'python_function')
+               and iteration_marker(e.kind, e.name) is null and not starts_with(e.name, '<built-in'))
+    ),
+    goo_host_owner as (
+        select rank, call_id, node as owner_id,
+               case node_kind when 'cpu_op' then 'op' when 'user_annotation' then 'annotation' else 'python_frame' end
+                   as attribution
+        from goo_ancestors
+        qualify row_number() over (partition by rank, call_id order by node_kind = 'cpu_op' desc, depth) = 1
+    ),
+    -- graph launches: calls that launched several GPU ops, or a *GraphLaunch call; a graph is known by the names of
+    -- its GPU ops in order, numbered per rank by its first launch
+    goo_graph_calls as (
+        select g.rank, g.call_id, any_value(c.name) as call_name, count(*) filter (where g.kind = 'kernel') as kernels,
+               md5(string_agg(g.name, chr(31) order by g.start_ns, g.id)) as signature, min(c.ts) as call_ts
+        from goo_gpu g join events c on c.rank = g.rank and c.id = g.call_id
+        group by g.rank, g.call_id
+        having count(*) > 1 or bool_or(c.name like '%GraphLaunch%')
+    ),
+    goo_graphs as (
+        select *, dense_rank() over (partition by rank order by first_ts, signature) as graph
+        from (select *, min(call_ts) over (partition by rank, signature) as first_ts from goo_graph_calls)
+    ),
+    goo_owned as (
+        select g.*, h.owner_id as host_owner_id, h.attribution as host_attribution, gr.graph, gr.kernels,
+               gr.call_name
+        from goo_gpu g
+        left join goo_host_owner h on h.rank = g.rank and h.call_id = g.call_id
+        left join goo_graphs gr on gr.rank = g.rank and gr.call_id = g.call_id
+    )
+    select o.rank, o.id, o.kind, o.name, o.device, o.stream, o.start_ns, o.end_ns, o.dur, o.call_id,
+           if(o.host_attribution = 'op', o.host_owner_id, null) as op_id,
+           if(o.host_attribution = 'op', e.name, null) as op_name,
+           coalesce(o.host_owner_id, if(o.graph is not null, o.call_id, null)) as owner_id,
+           case when o.host_owner_id is not null then e.name
+                when o.graph is not null
+                    then printf('%s[graph %d, %d kernels]', o.call_name, o.graph, o.kernels) end as owner_name,
+           coalesce(o.host_attribution, if(o.graph is not null, 'graph_launch', 'none')) as attribution,
+           case when o.call_id is null then 'no launch call in the trace'
+                when o.host_owner_id is null and o.graph is null
+                    then 'launch call outside every op, annotation and Python frame' end as unowned_reason
+    from goo_owned o
+    left join events e on e.rank = o.rank and e.id = o.host_owner_id;
 
 create or replace macro op_rollup(by_shape) as table
     with grouped as (
@@ -108,14 +167,44 @@ create or replace macro op_rollup(by_shape) as table
                sum(direct_gpu_ops)::bigint as direct_gpu_ops
         from op_calls()
         group by all
+    ),
+    -- GPU time no cpu_op owns: its owners (annotations, Python frames, graph launches), one row per name; what no
+    -- rule owns, one row per reason; so the rows add up to all of the rank's GPU time
+    other_owned as (
+        select o.rank, coalesce(o.owner_name, '(no owner: ' || o.unowned_reason || ')') as name,
+               o.owner_id, sum(o.dur) as direct_ns, count(*) as gpu_ops, any_value(e.dur) as owner_dur
+        from gpu_op_owners() o
+        left join events e on e.rank = o.rank and e.id = o.owner_id
+        where o.attribution <> 'op'
+        group by o.rank, 2, o.owner_id
+    ),
+    other_grouped as (
+        select rank, name, null::varchar as input_dims, null::varchar as input_type,
+               if(bool_and(owner_id is null), sum(gpu_ops), count(*))::bigint as count,
+               if(bool_and(owner_id is null), sum(gpu_ops), count(*))::bigint as gpu_calls,
+               sum(owner_dur) / 1e6 as total_cpu_ms, null::double as self_cpu_ms,
+               sum(direct_ns) / 1e6 as direct_kernel_ms, sum(direct_ns) as direct_ns,
+               sum(direct_ns) / 1e6 as subtree_kernel_ms,
+               if(bool_and(owner_id is null), null, avg(direct_ns) / 1e3) as kernel_mean_us,
+               if(bool_and(owner_id is null), null, median(direct_ns::double) / 1e3) as kernel_median_us,
+               if(bool_and(owner_id is null), null, min(direct_ns) / 1e3) as kernel_min_us,
+               if(bool_and(owner_id is null), null, max(direct_ns) / 1e3) as kernel_max_us,
+               sum(gpu_ops)::bigint as direct_gpu_ops, bool_and(owner_id is null) as unowned
+        from other_owned
+        group by rank, name
+    ),
+    all_grouped as (
+        select *, false as unowned from grouped
+        union all by name
+        select * from other_grouped
     )
-    select rank, name, op_category(name) as category, input_dims, input_type,
+    select rank, name, if(unowned, 'unowned', op_category(name)) as category, input_dims, input_type,
            count, gpu_calls, total_cpu_ms, self_cpu_ms, direct_kernel_ms, subtree_kernel_ms,
            kernel_mean_us, kernel_median_us, kernel_min_us, kernel_max_us, direct_gpu_ops,
            100 * direct_ns / nullif(sum(direct_ns) over ranked, 0) as percent_kernel,
            100 * sum(direct_ns) over (ranked order by direct_kernel_ms desc, name, input_dims, input_type
                                       rows between unbounded preceding and current row)
                / nullif(sum(direct_ns) over ranked, 0) as cumulative_percent
-    from grouped
+    from all_grouped
     window ranked as (partition by rank)
     order by rank, direct_kernel_ms desc, name, input_dims, input_type;

@@ -1,14 +1,21 @@
 -- about: training-step windows and GPU time inside time windows (table macros).
 -- inputs: events, edges
--- includes: lib/launches, lib/categories
+-- includes: lib/launches, lib/categories, lib/iterations
 -- macros:
---   step_windows(): one row per rank and ProfilerStep#N, from the CPU user_annotation of that name (a cpu_op in
---     legacy traces):
+--   step_windows(): one row per rank and step: a ProfilerStep#N, from the CPU user_annotation of that name (a
+--     cpu_op in legacy traces), or where a rank has none, a serving engine's iteration (lib/iterations.sql: the
+--     engines' iteration annotations, else vLLM's execute_model frames; numbered 1, 2, ... in start order, nested
+--     or overlapping markers folded into the earlier one):
 --     rank, step (N), name, event_id, start_ns, end_ns (the CPU step), and the step's GPU window gpu_start_ns,
 --     gpu_end_ns with gpu_window_source: 'gpu_annotation' where the trace has a gpu_annotation of the same name (its
 --     span), else 'launches' (first start to last end of the GPU ops whose launch call starts inside the CPU step),
---     else null. Where a rank has two CPU annotations of one step name, the step is the user_annotation, then
---     the longest.
+--     else null (gpu annotations are matched to ProfilerSteps only: iteration names repeat). Where a rank has two
+--     CPU annotations of one ProfilerStep name, the step is the user_annotation, then the longest. Then the marker
+--     that defined the step (iteration_marker), and what it says: phase (prefill, decode, mixed), batch_size
+--     (sequences), tokens (null where the marker does not say; all three null for ProfilerSteps).
+--   steady_steps(): step_metrics() with `used`: whether the warm-up rule keeps the step, per rank and phase (a
+--     step whose window holds GPU work queued before the profiling window is left out, unless no step of its
+--     rank and phase is complete: then all of them are used), and `basis` (complete_steps or all_steps).
 --   step_breakdown(): step_windows() with the GPU time inside each CPU step window (gpu_time_in_windows), in ns.
 --   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns, work_end_ns: the CPU step windows of ranks
 --     with steps (window_id = step), work_end_ns the end of the step's last work (the CPU step's end or, when later,
@@ -30,12 +37,36 @@
 --     furthest end seen before it in the same (window, union).
 
 create or replace macro step_windows() as table
-    with step_annotations as (
-        select rank, id, name, ts as start_ns, ts + dur as end_ns,
-               regexp_extract(name, '^ProfilerStep#(\d+)$', 1)::bigint as step
+    with step_markers as (
+        select rank, id, kind, name, ts as start_ns, ts + dur as end_ns, iteration_marker(kind, name) as marker
         from events
-        where kind in ('user_annotation', 'cpu_op') and regexp_matches(name, '^ProfilerStep#\d+$') and dur is not null
-        qualify row_number() over (partition by rank, name order by kind = 'user_annotation' desc, dur desc, id) = 1
+        where kind in ('user_annotation', 'cpu_op', 'python_function') and dur is not null
+          and iteration_marker(kind, name) is not null
+        qualify iteration_precedence(marker) = min(iteration_precedence(marker)) over (partition by rank)
+    ),
+    profiler_steps as (
+        select rank, id, name, start_ns, end_ns, marker,
+               regexp_extract(name, '^ProfilerStep#(\d+)$', 1)::bigint as step
+        from step_markers
+        where marker = 'profiler_step'
+        qualify row_number() over (partition by rank, name
+                                   order by kind = 'user_annotation' desc, end_ns - start_ns desc, id) = 1
+    ),
+    -- a serving engine's iterations, numbered 1, 2, ... in start order; one nested in (or overlapping) an earlier
+    -- one of the rank is part of it, not an iteration of its own
+    iterations as (
+        select rank, id, name, start_ns, end_ns, marker,
+               row_number() over (partition by rank order by start_ns, id) as step
+        from (select * from step_markers
+              where marker <> 'profiler_step'
+              qualify start_ns >= coalesce(max(end_ns) over (partition by rank order by start_ns, id
+                                                             rows between unbounded preceding and 1 preceding),
+                                           start_ns))
+    ),
+    step_annotations as (
+        select * from profiler_steps
+        union all
+        select * from iterations
     ),
     gpu_annotations as (
         select rank, name, min(ts) as gpu_start_ns, max(ts + dur) as gpu_end_ns
@@ -60,9 +91,11 @@ create or replace macro step_windows() as table
            coalesce(a.gpu_start_ns, l.gpu_start_ns) as gpu_start_ns,
            coalesce(a.gpu_end_ns, l.gpu_end_ns) as gpu_end_ns,
            case when a.rank is not null then 'gpu_annotation' when l.rank is not null then 'launches' end
-               as gpu_window_source
+               as gpu_window_source,
+           s.marker, iteration_phase(s.marker, s.name) as phase, iteration_batch_size(s.marker, s.name) as batch_size,
+           iteration_tokens(s.marker, s.name) as tokens
     from step_annotations s
-    left join gpu_annotations a on a.rank = s.rank and a.name = s.name
+    left join gpu_annotations a on a.rank = s.rank and a.name = s.name and s.marker = 'profiler_step'
     left join launch_spans l on l.rank = s.rank and l.step = s.step;
 
 create or replace macro gpu_time_in_windows(windows) as table
@@ -143,6 +176,7 @@ select rank, step, name, start_ns, end_ns,
        gpu_start_ns, gpu_end_ns,
        (gpu_end_ns - gpu_start_ns) / 1e6 as gpu_duration_ms,
        gpu_window_source,
+       marker, phase, batch_size, tokens,
        unlaunched_ns
 from step_breakdown();
 
@@ -206,3 +240,14 @@ create or replace macro step_members() as table
 -- step_events(of_step): the events of step N on every rank that has it (step_members()). Columns: rank, id.
 create or replace macro step_events(of_step) as table
     select rank, id from step_members() where step = of_step;
+
+-- steady_steps(): the warm-up rule of step_stats, per rank and phase (see the header).
+create or replace macro steady_steps() as table
+    with ss_judged as (
+        select *, count(*) filter (where unlaunched_ns = 0) over (partition by rank, phase) as complete_steps,
+               count(*) over (partition by rank, phase) as phase_steps
+        from step_metrics()
+    )
+    select *, unlaunched_ns = 0 or complete_steps = 0 as used,
+           if(complete_steps = 0, 'all_steps', 'complete_steps') as basis
+    from ss_judged;

@@ -520,8 +520,9 @@ def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
     frames = diff.compare(diff.Side("a", {}), diff.Side("b", {})).workbook_frames()
     formats = report.style().formats
     spec = report.workbook_spec("diff")
-    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Op rates", "Kernels",
-                                             "Categories", "Collectives", "Critical path", "One side only"]
+    assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Iterations by phase", "Ops", "Ops by shape",
+                                             "Op rates", "Kernels", "Categories", "Collectives", "Critical path",
+                                             "One side only"]
     for sheet in spec.sheets:
         for block in sheet.blocks:
             assert block.query in frames, (sheet.name, block.query)

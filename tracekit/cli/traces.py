@@ -10,6 +10,7 @@ import click
 # Modules only one command uses are imported in it: a command pays only for what it runs (imports are most of
 # the time of a small report, bench/RESULTS.md).
 from tracekit import storage
+from tracekit.errors import InputError
 from tracekit.cli.app import (
     load_traces,
     main,
@@ -111,13 +112,30 @@ def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
               help="Each forward layer also runs DeepEP-style dispatch/combine and a vLLM-style custom all-reduce.")
 @click.option("--merged", is_flag=True, help="Also write merged/merged.json holding every rank (TraceFuse style).")
 @click.option("--gzip", "gzip_output", is_flag=True, help="Write .json.gz files.")
+@click.option("--serving", type=click.Choice(["vllm", "sglang"]), default=None,
+              help="Instead of training: an LLM serving engine's iterations (prefill, decode, mixed, as the engine "
+                   "marks them; --steps iterations, 2 x --scale layers), decode replayed from CUDA graphs.")
+@click.option("--graph-launch", type=click.Choice(["frame", "bare"]), default="frame", show_default=True,
+              help="With --serving: graph launches inside torch's replay Python frame, or bare (no Python stacks).")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for rank{r}.json and ground_truth.json.")
 @user_errors
 def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, expert_parallel, merged,
-          gzip_output, out_dir):
-    """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
+          gzip_output, serving, graph_launch, out_dir):
+    """Write synthetic Kineto traces of a data-parallel training job (or, with --serving, of an LLM serving
+    engine), with their exact ground truth."""
     from tracekit import synth as synthetic
+    if serving:
+        if merged or noise or slow_kernels or expert_parallel:
+            raise InputError("--serving: --merged, --noise, --slow-kernel and --expert-parallel apply to training "
+                             "traces only")
+        config = synthetic.ServingConfig(engine=serving, ranks=ranks, iterations=steps, layers=max(1, round(2 * scale)),
+                                         seed=seed, graph_launch=graph_launch, queued_kernels=queued_kernels,
+                                         gzip=gzip_output)
+        paths = synthetic.write(synthetic.synthesize_serving(config), out_dir)
+        stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
+                     f"({ranks} ranks, {steps} {serving} iterations each) and {synthetic.GROUND_TRUTH_FILE}")
+        return
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
                                merged=merged, gzip=gzip_output, expert_parallel=expert_parallel)

@@ -225,3 +225,22 @@ def step_time_measures(con, side: Side, section: Section, warmup: tuple[int, ...
                               ).select("key", *MEASURE_SCHEMA)
 
 
+
+
+def phase_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Median iteration time per serving phase (prefill, decode, mixed) per rank and for all ranks, with the steady
+    iterations' times as per-step values. An iteration's time is its GPU window (its CPU window where it launched
+    nothing), as in phase_summary; ProfilerSteps have no phase and give no rows."""
+    steps = result(side, "steps")
+    if steps is None or "marker" not in steps.columns:
+        return empty_measures(section)
+    iterations = (steps.filter(pl.col("marker") != "profiler_step")
+                  .select(pl.col("rank").cast(pl.Int32), "step", phase=pl.col("phase").fill_null("unknown"),
+                          value=pl.coalesce("gpu_duration_ms", "duration_ms").cast(pl.Float64)))
+    if not iterations.height:
+        return empty_measures(section)
+    levels = pl.concat([iterations, iterations.with_columns(rank=pl.lit(None, pl.Int32))])
+    frame = (levels.sort("step").group_by("rank", "phase", maintain_order=True)
+             .agg(pl.col("value").median(), samples=pl.col("value").filter(~pl.col("step").is_in(warmup))))
+    return (frame.with_columns(key=pl.struct("phase"), metric=pl.lit("iteration_ms"))
+            .select("key", *MEASURE_SCHEMA))

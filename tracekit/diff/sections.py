@@ -21,6 +21,7 @@ from tracekit.diff.measures import (
     collective_measures,
     critical_path_measures,
     op_rate_measures,
+    phase_measures,
     step_time_measures,
     timeline_measures,
 )
@@ -97,6 +98,8 @@ OP_DECIDERS = ("direct_kernel_ms", "self_cpu_ms")
 SECTIONS: dict[str, Section] = {s.name: s for s in (
     Section("step_time", "steps", {"measure": pl.String}, (Metric("step_time_ms", +1, "median", 0.001),),
             ("step_time_ms",), True, reads=("gpu_timeline",), measures=step_time_measures),
+    Section("phases", "steps", {"phase": pl.String}, (Metric("iteration_ms", +1, "median", 0.001, "iteration"),),
+            ("iteration_ms",), True, measures=phase_measures, metric_name="phase:PHASE"),
     Section("gpu_timeline", "gpu_timeline", {"category": pl.String}, (sum_ms("time_ms", "time"),), ("time_ms",), True,
             reads=("steps",), measures=timeline_measures, metric_name="gpu:CATEGORY"),
     Section("ops", "op_summary", {"name": pl.String}, OP_METRICS, OP_DECIDERS, False, ("category",),

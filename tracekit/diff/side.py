@@ -42,11 +42,16 @@ def result(side: Side, name: str) -> pl.DataFrame | None:
 
 
 def warmup_steps_of(side: Side, count: int) -> tuple[int, ...]:
-    """Step numbers left out of the verdicts: the first `count` steps of each rank (a step that is a warm-up on one
+    """Step numbers left out of the verdicts: the first `count` steps of each rank, and of each serving phase
+    (prefill, decode, mixed) where the steps are a serving engine's iterations (a step that is a warm-up on one
     rank is left out on all, so the all-ranks values per step add up the same steps)."""
     frames = [side.steps] + ([side.results["steps"].select(*STEP_SCHEMA)] if result(side, "steps") is not None else [])
     steps = pl.concat([f.cast(STEP_SCHEMA) for f in frames]).unique()
-    first = steps.sort("rank", "step").group_by("rank", maintain_order=True).head(count)
+    phases = (side.results["steps"].select(*STEP_SCHEMA, "phase").cast(STEP_SCHEMA)
+              if result(side, "steps") is not None and "phase" in side.results["steps"].columns
+              else steps.with_columns(phase=pl.lit(None, pl.String)))
+    steps = steps.join(phases, on=["rank", "step"], how="left")
+    first = steps.sort("rank", "step").group_by("rank", "phase", maintain_order=True).head(count)
     return tuple(sorted(set(first["step"].to_list()))) if count > 0 else ()
 
 

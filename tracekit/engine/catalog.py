@@ -262,7 +262,7 @@ def analysis_order(name: str) -> list[str]:
 # Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them; a connection
 # made for many analyses computes each once into a temp table and points the macro at it (in this order: each
 # uses the ones before it).
-SHARED_TABLE_MACROS = ("gpu_ops", "launch_op_ancestors", "op_calls")
+SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:

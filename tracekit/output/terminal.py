@@ -63,16 +63,29 @@ def print_summary(console: Console, done: Analyses, paths: list[Path], problems:
     if single and kernels is not None:
         kernels = kernels.with_columns(total_ms=pl.col("total_us") / 1e3)
     time_column = "direct_kernel_ms" if single else "total_ms"
+    denominator = share_denominator(ops, kernels) if single else ""
     if ops is not None and ops.filter(pl.col(time_column) > 0).height:
-        show(top_table("Top ops by kernel time", ops, "name", "direct_kernel_ms", "percent_kernel", name_width)
+        show(top_table(f"Top ops by kernel time{denominator}", ops, "name", "direct_kernel_ms", "percent_kernel",
+                       name_width)
              if single else spread_table("Top ops by kernel time (ms), all ranks", ops, "name", name_width))
     if kernels is not None and kernels.height:
-        show(top_table("Top kernels", kernels, "kernel_name", "total_ms", "percent_kernel_time", name_width)
+        show(top_table(f"Top kernels{denominator}", kernels, "kernel_name", "total_ms", "percent_kernel_time",
+                       name_width)
              if single else spread_table("Top kernels (ms), all ranks", kernels, "kernel_name", name_width))
     if "diagnostics_reasons" in results and results["diagnostics_reasons"].height:
         show(diagnostics_table(results["diagnostics_reasons"], len(ranks), name_width))
     for problem in problems:
         console.print(f"[yellow]note:[/] {problem}", highlight=False)
+
+
+def share_denominator(ops: pl.DataFrame | None, kernels: pl.DataFrame | None) -> str:
+    """What the % column of the top tables is a share of: all GPU op time, and how much of it no rule owns."""
+    if kernels is None or not kernels.height:
+        return ""
+    total_ms = kernels["total_ms"].sum()
+    unowned_ms = ops.filter(pl.col("category") == "unowned")["direct_kernel_ms"].sum() if ops is not None else 0
+    unowned = f"; {100 * unowned_ms / total_ms:.1f}% owned by no op" if total_ms and unowned_ms else ""
+    return f" (% of all GPU op time, {total_ms:,.3f} ms{unowned})"
 
 
 def breakdown_table(timeline: pl.DataFrame, ranks: list[int], device: str = "GPU") -> Table:

@@ -15,13 +15,16 @@ exact: Kineto's fractional microseconds are written with at most three decimals,
 nanoseconds.
 
 Modules: `job` (configuration, the machine's speeds, shapes and op templates), `simulation` (the ranks run
-together), `ground_truth` (the exact numbers and their definitions), `writer` (the trace files).
+together), `ground_truth` (the exact numbers and their definitions), `writer` (the trace files); `serving` (an LLM
+serving engine's iterations and CUDA graph replays instead of training, with their own ground truth).
 """
 
 from tracekit.synth.ground_truth import GROUND_TRUTH_FILE, TRUTH_DEFINITIONS, read_ground_truth
 from tracekit.synth.job import K_LAYER_NORM, MERGED_DIR, SynthConfig, parse_slow_kernels
 from tracekit.synth.simulation import simulate
+from tracekit.synth.serving import ServingConfig, synthesize_serving
 from tracekit.synth.writer import Synthesis, generate, synthesize, write, write_json
 
-__all__ = ["GROUND_TRUTH_FILE", "K_LAYER_NORM", "MERGED_DIR", "TRUTH_DEFINITIONS", "SynthConfig", "Synthesis",
-           "generate", "parse_slow_kernels", "read_ground_truth", "simulate", "synthesize", "write", "write_json"]
+__all__ = ["GROUND_TRUTH_FILE", "K_LAYER_NORM", "MERGED_DIR", "TRUTH_DEFINITIONS", "ServingConfig", "SynthConfig",
+           "Synthesis", "generate", "parse_slow_kernels", "read_ground_truth", "simulate", "synthesize",
+           "synthesize_serving", "write", "write_json"]
