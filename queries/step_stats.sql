@@ -31,7 +31,7 @@ judged as (
     from per_step
 ),
 used as (
-    select * from judged where unlaunched_ns = 0 or complete_steps = 0
+    select * from judged where steady  -- the one steady-state rule: lib/steps.sql step_metrics()
 ),
 long as (
     unpivot (

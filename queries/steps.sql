@@ -23,6 +23,8 @@
 --   unlaunched_gpu_ms: ms, union of GPU ops inside the window that have no launch call in the trace (queued
 --     before the profiling window): left out of busy, so a step with unlaunched_gpu_ms > 0 has an incomplete
 --     breakdown (step_stats leaves such steps out)
+--   steady: true for the steady-state steps step_stats and the diff use (no GPU work queued before the profiling
+--     window in the step; on a rank with no such step, every step)
 -- notes: A step is the CPU user_annotation ProfilerStep#N (a cpu_op in legacy traces); ranks without one have no
 --   rows. The GPU breakdown uses
 --   TraceLens's gpu_timeline definitions (GPU ops with a launch edge; unions of intervals over all streams) and is
@@ -34,6 +36,6 @@
 --   spread across steps is unaffected). The GPU window is reported beside it, not used for clipping: GPU windows of
 --   consecutive steps overlap where the GPU runs behind the CPU (by ~2 steps on the MI300X ResNet trace), and
 --   the GPU-side ProfilerStep annotation can be a few µs long (same trace: 18 µs for a 16 ms step).
-select * exclude (unlaunched_ns), unlaunched_ns / 1e6 as unlaunched_gpu_ms
+select * exclude (unlaunched_ns, steady), unlaunched_ns / 1e6 as unlaunched_gpu_ms, steady
 from step_metrics()
 order by rank, step

@@ -156,12 +156,12 @@ def progress_bar(inputs: Inputs) -> Iterator:
         yield lambda path, size: bar.advance(task)
 
 
-def load_traces(paths: Iterable[str], rank: int | None = None) -> TraceTables:
-    """`tracekit.load` (its input rules: InputError for no events, a warning line per cut trace file), with a
-    progress bar."""
+def load_traces(paths: Iterable[str] | Inputs, rank: int | None = None, as_ranks: bool = False) -> TraceTables:
+    """`tracekit.load` (its input rules: InputError for no events or for files that are not ranks of one run unless
+    `as_ranks`, a warning line per cut trace file), with a progress bar."""
     inputs = resolve_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
-        return load(inputs, rank=rank, progress=progress)
+        return load(inputs, rank=rank, progress=progress, as_ranks=as_ranks)
 
 
 scheduler_option = click.option(

@@ -61,9 +61,12 @@ def ingest(traces, out_dir, rank, force, scheduler):
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
+@click.option("--as-ranks", is_flag=True,
+              help="Read the files as ranks of one run even where they disagree (world size, device, PyTorch "
+                   "version) or their time spans do not overlap; without it such files are refused.")
 @scheduler_option
 @user_errors
-def report(traces, out_dir, rank, force, scheduler):
+def report(traces, out_dir, rank, force, as_ranks, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
@@ -74,7 +77,7 @@ def report(traces, out_dir, rank, force, scheduler):
         print_summary(stdout, done, paths, problems)
         warn_about_failed_analyses(done.failures)
         return
-    tables = load_traces(traces, rank)
+    tables = load_traces(traces, rank, as_ranks)
     problems: list[str] = []
     with analyses_progress(stderr) as progress:
         done = run_analyses(tables, progress, extra=QUERIES)
