@@ -75,7 +75,7 @@ def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_
         raise InputError(f"--metric {exc}") from None
     sides = split_sides(runs)
     if out_path is not None:
-        check_output_file(out_path, [p for side in sides for capture in side for p in capture.given], force,
+        check_output_file(out_path, [p for side in sides for capture, _ in side for p in capture.given], force,
                           WORKBOOK_FILE_HINT)
     summaries = summarized(sides, scheduler)
     for side in (s for captures in summaries for s in captures):
@@ -110,31 +110,32 @@ def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_
             sys.exit(1)
 
 
-def split_sides(runs: tuple[str, ...]) -> tuple[list[Inputs], list[Inputs]]:
-    """Each side's captures: `A B` (each a run, or a directory of captures) or `A1 A2 ... -- B1 B2 ...`. Paths are
-    checked here, before anything is read."""
+def split_sides(runs: tuple[str, ...]) -> tuple[list[tuple[Inputs, str]], list[tuple[Inputs, str]]]:
+    """Each side's captures with their labels: `A B` (each a run, or a directory of captures: `A/c1`, ...) or
+    `A1 A2 ... -- B1 B2 ...`. Paths are checked here, before anything is read."""
     if SIDES_SEPARATOR in runs:
         at = runs.index(SIDES_SEPARATOR)
         groups = (runs[:at], runs[at + 1:])
         if not groups[0] or not groups[1] or SIDES_SEPARATOR in groups[1]:
             raise InputError(f"{USAGE} (one -- with captures on both sides of it)")
-        return tuple([resolve_inputs(p) for p in group] for group in groups)
+        return tuple([(resolve_inputs(p), Path(p).name) for p in group] for group in groups)
     if len(runs) != 2:
         raise InputError(f"{len(runs)} inputs: {USAGE}")
-    return tuple(resolve_captures(p) or [resolve_inputs(p)] for p in runs)
+    sides = []
+    for path in runs:
+        captures = resolve_captures(path)
+        sides.append([(resolve_inputs(path), Path(path).name)] if captures is None else
+                     [(c, f"{Path(path).name}/{Path(str(c.given[0])).name}") for c in captures])
+    return tuple(sides)
 
 
-def capture_label(capture: Inputs) -> str:
-    return ", ".join(Path(str(given)).name for given in capture.given)
-
-
-def summarized(sides: tuple[list[Inputs], list[Inputs]], scheduler: str | None) -> list[list[diff.Side]]:
+def summarized(sides, scheduler: str | None) -> list[list[diff.Side]]:
     """Each capture summarised, one run's tables at a time (each is summarised before the next is read)."""
     if scheduler:
         from tracekit.cluster import runs
-        with on_cluster(scheduler, sides[0][0].given) as (client, _):
-            return [[runs.summarize(client, c, capture_label(c)) for c in captures] for captures in sides]
-    return [[diff.summarize(load_traces(c), capture_label(c)) for c in captures] for captures in sides]
+        with on_cluster(scheduler, sides[0][0][0].given) as (client, _):
+            return [[runs.summarize(client, c, label) for c, label in captures] for captures in sides]
+    return [[diff.summarize(load_traces(c), label) for c, label in captures] for captures in sides]
 
 
 def signed_percent(value: float | None) -> str:

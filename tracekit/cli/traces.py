@@ -96,6 +96,9 @@ def report(traces, out_dir, rank, force, as_ranks, scheduler):
               help="Sigma of the log-normal jitter applied to every duration.")
 @click.option("--noise-seed", type=int, default=0, show_default=True,
               help="With the same --seed, another capture of the same job.")
+@click.option("--drift", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Sigma of a log-normal factor drawn once per capture (from --seed and --noise-seed) on every "
+                   "duration: run-to-run drift between captures of one job.")
 @click.option("--slow-kernel", "slow_kernels", multiple=True, metavar="NAME=FACTOR",
               help="Multiply the durations of kernels whose name contains NAME (repeatable).")
 @click.option("--queued-kernels", type=click.IntRange(min=0), default=0, show_default=True,
@@ -105,10 +108,11 @@ def report(traces, out_dir, rank, force, as_ranks, scheduler):
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for rank{r}.json and ground_truth.json.")
 @user_errors
-def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, merged, gzip_output, out_dir):
+def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, queued_kernels, merged, gzip_output,
+          out_dir):
     """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
     from tracekit import synth as synthetic
-    paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
+    paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed, drift=drift,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
                                merged=merged, gzip=gzip_output)
     entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])
