@@ -117,7 +117,8 @@ def claim_ranks(claimed: dict[int, Path], path: Path, ranks: list[int]) -> None:
     """Record that PATH holds RANKS; InputError when another file holds one of them."""
     for r in ranks:
         if r in claimed:
-            raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too (pass one rank's files, or --rank)")
+            raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too: not ranks of one run (pass one "
+                             "run's files; `tracekit diff` compares two runs)")
         claimed[r] = path
 
 

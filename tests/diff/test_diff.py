@@ -562,7 +562,7 @@ def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
     formats = report.style().formats
     spec = report.workbook_spec("diff")
     assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Ops", "Ops by shape", "Kernels", "Categories",
-                                             "Collectives", "Critical path", "One side only"]
+                                             "Collectives", "Collective roles", "Critical path", "One side only"]
     for sheet in spec.sheets:
         for block in sheet.blocks:
             assert block.query in frames, (sheet.name, block.query)

@@ -34,9 +34,7 @@ class SidesCommand(click.Command):
     option parsing at `--`; here it is kept as a marker instead, so options may come anywhere."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" in args:
-            at = args.index("--")
-            args = [*args[:at], SIDES_SEPARATOR, *args[at + 1:]]
+        args = [SIDES_SEPARATOR if a == "--" else a for a in args]
         return super().parse_args(ctx, args)
 
 
