@@ -92,7 +92,8 @@ def test_drift_makes_single_capture_verdicts_but_not_block_verdicts(captures):
     assert max(factors) / min(factors) > 1.05  # the captures differ by several percent as whole runs
     # One capture a side: steps of two captures only; drift alone gets called for most pairs, and the headline
     # says that run-to-run variance is unmeasured.
-    drifted = [(b, c, factors[c] / factors[b]) for b in range(3) for c in range(3, 6) if abs(factors[c] / factors[b] - 1) > 0.03]
+    drifted = [(b, c, factors[c] / factors[b]) for b in range(3) for c in range(3, 6)
+               if abs(factors[c] / factors[b] - 1) > 0.03]
     assert len(drifted) >= 2
     for b, c, ratio in drifted:
         single = diff.compare(sides["base"][b], sides["same"][c - 3])
@@ -150,7 +151,8 @@ def test_cli_json_from_directories_of_captures(captures):
                                 "regressed": True}
     assert document["changes"] and all(c["verdict"] in ("slower", "faster", "added", "removed")
                                        for c in document["changes"])
-    assert {"section", "item", "metric", "delta_ms", "ci_low_ms", "ci_high_ms", "p_value"} <= document["changes"][0].keys()
+    fields = {"section", "item", "metric", "delta_ms", "ci_low_ms", "ci_high_ms", "p_value"}
+    assert fields <= document["changes"][0].keys()
     assert document["mismatches"] == [] and isinstance(document["notes"], list)
 
 

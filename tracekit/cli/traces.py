@@ -112,7 +112,8 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, que
           out_dir):
     """Write synthetic Kineto traces of a data-parallel training job, with their exact ground truth."""
     from tracekit import synth as synthetic
-    paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed, drift=drift,
+    paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
+                               drift=drift,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
                                merged=merged, gzip=gzip_output)
     entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])

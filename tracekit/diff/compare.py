@@ -235,7 +235,8 @@ def long_form(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
     return compared.select(
         section=pl.lit(section.name), item=item, rank=pl.col("rank").cast(pl.Int32), metric="metric",
         base="base", cand="cand", delta="delta", percent_delta="percent_delta", effect="effect", ci_low="ci_low",
-        ci_high="ci_high", p_value="p_value", level="level", coverage="coverage", n_base="n_base", n_cand="n_cand", verdict="verdict",
+        ci_high="ci_high", p_value="p_value", level="level", coverage="coverage", n_base="n_base", n_cand="n_cand",
+        verdict="verdict",
         decides="decides", to_ms=pl.col("metric").replace_strict(to_ms, default=None, return_dtype=pl.Float64))
 
 

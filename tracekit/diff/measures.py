@@ -194,8 +194,8 @@ def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None, warm
 
 def step_time_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
     """Median step time per rank and for all ranks (per step, the slowest rank) over the steady steps (all steps
-    where none is), with the steady steps' durations as per-step values. Without steps, the GPU timeline's total time (whole trace, no per-step
-    values)."""
+    where none is), with the steady steps' durations as per-step values. Without steps, the GPU timeline's total
+    time (whole trace, no per-step values)."""
     steps = result(side, "steps")
     if steps is not None:
         overall = (steps.group_by("step", maintain_order=True).agg(pl.col("duration_ms").max())

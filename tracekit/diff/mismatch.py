@@ -35,7 +35,8 @@ def mismatches(base: list[Side], cand: list[Side], labels: tuple[str, str]) -> t
     version; a property one side does not record is not called a difference."""
     infos = [pl.concat([s.run_info for s in sides]) for sides in (base, cand)]
     lines = []
-    for column, what in (("device_name", "device"), ("world_size", "world size"), ("pytorch_version", "PyTorch version")):
+    for column, what in (("device_name", "device"), ("world_size", "world size"),
+                         ("pytorch_version", "PyTorch version")):
         values = [set(info[column].drop_nulls().to_list()) for info in infos]
         if all(values) and values[0] != values[1]:
             lines.append(f"{what} differs: {labels[0]} {described(list(values[0]))}, "

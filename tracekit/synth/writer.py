@@ -135,7 +135,8 @@ def generate(out_dir: str | Path, ranks: int = 2, steps: int = 4, seed: int = 0,
     """Write `rank{r}.json` (`.json.gz` with gzip) per rank, `merged/merged.json` with `merged`, and
     `ground_truth.json`, into out_dir. Returns the trace files written (rank files first)."""
     config = SynthConfig(ranks=ranks, steps=steps, seed=seed, scale=scale, noise=noise, noise_seed=noise_seed,
-                         drift=drift, slow_kernels=dict(slow_kernels or {}), queued_kernels=queued_kernels, merged=merged, gzip=gzip)
+                         drift=drift, slow_kernels=dict(slow_kernels or {}), queued_kernels=queued_kernels,
+                         merged=merged, gzip=gzip)
     return write(synthesize(config), Path(out_dir))
 
 
