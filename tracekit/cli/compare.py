@@ -71,10 +71,9 @@ def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_
         diff.parse_metric_name(metric)
     except LookupError as exc:
         raise InputError(f"--metric {exc}") from None
-    sides = split_sides(runs)
     if out_path is not None:
-        check_output_file(out_path, [p for side in sides for capture, _ in side for p in capture.given], force,
-                          WORKBOOK_FILE_HINT)
+        check_output_file(out_path, [p for p in runs if p != SIDES_SEPARATOR], force, WORKBOOK_FILE_HINT)
+    sides = split_sides(runs)
     summaries = summarized(sides, scheduler)
     for side in (s for captures in summaries for s in captures):
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
