@@ -53,11 +53,11 @@ def side(root: Path, name: str, job: int, noise: float, noise_seed: int, slow: f
 
 def one_pair(task: tuple[int, int, float]) -> dict:
     """Counts for job `job`, pair `k`: false positives per section, and the verdicts of the slowed kernel."""
-    job, k, noise = task
+    job, k, noise, warmup = task
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         base = side(root, "base", job, noise, 2 * k, None)
-        same = diff.compare(base, side(root, "same", job, noise, 2 * k + 1, None))
+        same = diff.compare(base, side(root, "same", job, noise, 2 * k + 1, None), warmup_steps=warmup)
         judged = same.measures.filter(pl.col("verdict").is_in(JUDGED))
         out = {"rows": Counter(), "rows_called": Counter(), "measures": Counter(), "measures_called": Counter(),
                "kernel": Counter(), "kernel_slower": Counter(), "step_slower": Counter()}
@@ -65,7 +65,8 @@ def one_pair(task: tuple[int, int, float]) -> dict:
             out[level].update(frame["section"].to_list())
             out[f"{level}_called"].update(frame.filter(pl.col("verdict").is_in(CALLED))["section"].to_list())
         for factor in FACTORS:
-            slowed = diff.compare(base, side(root, f"slow{factor}", job, noise, 2 * k + 1, factor))
+            slowed = diff.compare(base, side(root, f"slow{factor}", job, noise, 2 * k + 1, factor),
+                                  warmup_steps=warmup)
             rows = slowed.sections["kernels"].filter(pl.col("kernel_name").str.contains(SLOWED_KERNEL, literal=True))
             out["kernel"][factor] += rows.height
             out["kernel_slower"][factor] += rows.filter(pl.col("verdict") == "slower").height
@@ -147,6 +148,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=10, help="independent capture pairs per job")
     parser.add_argument("--noise", type=float, default=0.05, help="synth --noise (log-normal sigma per duration)")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--warmup-steps", type=int, default=1,
+                        help="diff --warmup-steps for the pairs (the published table: 1, i.e. 5 steps against 5)")
     parser.add_argument("--captures", type=int, default=0,
                         help="captures a side: run the drift experiment (captures_trial) instead of the pairs")
     parser.add_argument("--drift", type=float, default=0.03, help="synth --drift (with --captures)")
@@ -156,14 +159,14 @@ def main() -> None:
         captures_main(args)
         return
     start = time.perf_counter()
-    tasks = [(job, k, args.noise) for job in range(args.jobs) for k in range(args.pairs)]
+    tasks = [(job, k, args.noise, args.warmup_steps) for job in range(args.jobs) for k in range(args.pairs)]
     with Pool(args.processes) as pool:
         results = pool.map(one_pair, tasks, chunksize=1)
     total = {key: sum((r[key] for r in results), Counter()) for key in results[0]}
     pairs = len(tasks)
     level = diff.DEFAULT_ALPHA
     print(f"{pairs} pairs (jobs 0..{args.jobs - 1} × {args.pairs}), 2 ranks × 6 steps, noise {args.noise}, "
-          f"alpha {level}, warm-up {diff.DEFAULT_WARMUP_STEPS} step, floor {diff.DEFAULT_FLOOR_PERCENT}%; "
+          f"alpha {level}, --warmup-steps {args.warmup_steps}, floor {diff.DEFAULT_FLOOR_PERCENT}%; "
           f"{time.perf_counter() - start:.0f} s")
     print("\nfalse positives (two captures of one job):")
     print(f"  {'section':<14}{'rows judged':>12}{'called':>8}{'rate':>8}{'measures':>10}{'called':>8}{'rate':>8}")
