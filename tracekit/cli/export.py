@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.app import load_traces, main, stdout, user_errors
+from tracekit.cli.app import as_ranks_option, load_traces, main, stdout, user_errors
 from tracekit.output.files import refuse_input_dir
 
 
@@ -23,6 +23,7 @@ def export_group():
 @click.option("--prefix", default="tracekit", show_default=True,
               help="NAME of the files (ASTRA-sim's --workload-configuration is DIR/NAME).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@as_ranks_option
 @user_errors
 def chakra_command(traces, out_dir, prefix, rank):
     """Write Chakra execution traces (schema 0.0.4) of TRACES, one file per rank, for ASTRA-sim and other
@@ -49,6 +50,7 @@ def chakra_command(traces, out_dir, prefix, rank):
               help="The replay of the graph (`tracekit replay`, no what-if) instead of the measured times; processes "
                    "are labelled 'replayed'. For a what-if's timeline: `tracekit replay --scale ... -o FILE`.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@as_ranks_option
 @user_errors
 def timeline_command(traces, out_path, step, critical_path, replayed, rank):
     """Write one timeline of every rank of TRACES: a process per rank and device, launch and sync flows, and the

@@ -10,7 +10,7 @@ import click
 import polars as pl
 
 from tracekit import schema, storage
-from tracekit.cli.app import main, open_database, stderr, stdout, user_errors
+from tracekit.cli.app import as_ranks_option, main, open_database, stderr, stdout, user_errors
 from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import path_kind
@@ -61,6 +61,7 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
               help="Read the query from FILE (then every argument is an input).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @output_options
+@as_ranks_option
 @user_errors
 def sql_command(query_and_inputs, query_file, rank, fmt, out_path, max_rows):
     """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
@@ -122,6 +123,7 @@ def queries_command():
               help="Run over this rank only (repeatable: several ranks).")
 @click.option("--step", type=int, default=None, help="Run over training step N only (ProfilerStep#N of each rank).")
 @output_options
+@as_ranks_option
 @user_errors
 def run_command(name, traces, only_ranks, step, fmt, out_path, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tracekit import replay as replaying
-from tracekit.cli.app import load_traces, main, user_errors
+from tracekit.cli.app import as_ranks_option, load_traces, main, user_errors
 from tracekit.cli.query import check_output, emit
 from tracekit.output.files import refuse_input_file
 
@@ -27,6 +27,7 @@ from tracekit.output.files import refuse_input_file
               help="Also write the replayed timeline (Chrome-trace JSON, FILE.json.gz) for Perfetto UI: the "
                    "'after' picture of the what-if.")
 @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
+@as_ranks_option
 @user_errors
 def replay_command(traces, scales, removes, fmt, out_path, max_rows):
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with

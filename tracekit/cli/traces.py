@@ -11,6 +11,7 @@ import click
 # the time of a small report, bench/RESULTS.md).
 from tracekit import storage
 from tracekit.cli.app import (
+    as_ranks_option,
     load_traces,
     main,
     on_cluster,
@@ -34,6 +35,7 @@ from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
 @scheduler_option
+@as_ranks_option
 @user_errors
 def ingest(traces, out_dir, rank, force, scheduler):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
@@ -61,12 +63,10 @@ def ingest(traces, out_dir, rank, force, scheduler):
               help="Directory to write the workbooks to (rank0.xlsx, ..., and ranks.xlsx with several ranks).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
-@click.option("--as-ranks", is_flag=True,
-              help="Read the files as ranks of one run even where they disagree (world size, device, PyTorch "
-                   "version) or their time spans do not overlap; without it such files are refused.")
+@as_ranks_option
 @scheduler_option
 @user_errors
-def report(traces, out_dir, rank, force, as_ranks, scheduler):
+def report(traces, out_dir, rank, force, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
@@ -77,7 +77,7 @@ def report(traces, out_dir, rank, force, as_ranks, scheduler):
         print_summary(stdout, done, paths, problems)
         warn_about_failed_analyses(done.failures)
         return
-    tables = load_traces(traces, rank, as_ranks)
+    tables = load_traces(traces, rank)
     problems: list[str] = []
     with analyses_progress(stderr) as progress:
         done = run_analyses(tables, progress, extra=QUERIES)
@@ -130,6 +130,7 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, que
 @click.option("-o", "--out", "outs", multiple=True, required=True, type=click.Path(path_type=Path),
               help="File to write: *.graphml (GraphML) or *.dot / *.gv (Graphviz DOT). Repeat for both.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@as_ranks_option
 @user_errors
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among

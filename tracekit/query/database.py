@@ -130,10 +130,11 @@ class TraceDatabase:
 
 
 def open_traces(inputs: str | Path | list[str | Path] | Inputs, rank: int | None = None,
-                progress=None) -> TraceDatabase:
+                progress=None, as_ranks: bool = False) -> TraceDatabase:
     """Open trace files, directories of ranks, or one ingested dataset (in place, nothing re-parsed).
 
-    `rank` and `progress` as in `tracekit.load`, and the same input rules: InputError for an input with no events,
+    `rank`, `progress` and `as_ranks` as in `tracekit.load`, and the same input rules: InputError for an input with
+    no events or for files that are not ranks of one run,
     a `tracekit.CutTraceWarning` for each cut trace file (in a dataset: each cut when it was ingested).
     """
     inputs = resolve_inputs(inputs)
@@ -141,7 +142,7 @@ def open_traces(inputs: str | Path | list[str | Path] | Inputs, rank: int | None
         db = open_dataset(inputs.dataset)
         warn_about_files(db.sql_arrow(f"from diagnostics where reason in ('truncated', '{UNREADABLE}')"))
         return db
-    return from_tables(load(inputs, rank=rank, progress=progress), inputs.label)
+    return from_tables(load(inputs, rank=rank, progress=progress, as_ranks=as_ranks), inputs.label)
 
 
 def from_tables(tables: TraceTables, source: str = "tables") -> TraceDatabase:
