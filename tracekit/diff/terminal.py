@@ -94,7 +94,8 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
     else:
         table = Table(title=f"top changes ({', '.join(sections)}; all ranks)", title_justify="left", box=box.SIMPLE)
         table.add_column("item", overflow="fold", ratio=1)
-        for name in ("base → cand ms", "Δ ms (Δ %)", "per step Δ ms [CI]"):
+        shift = "per capture" if result.settings.method == CAPTURES else "per step"
+        for name in ("base → cand ms", "Δ ms (Δ %)", f"{shift} Δ ms [{100 * (1 - result.settings.alpha):g}% CI]"):
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("verdict", no_wrap=True)
         for r in changes.iter_rows(named=True):
