@@ -279,3 +279,21 @@ def test_files_whose_time_spans_do_not_overlap_are_not_ranks_of_one_run():
     with pytest.raises(tracekit.InputError, match="not ranks of one run: their time spans do not overlap"):
         tracekit.load(files, edges=False)
     assert tracekit.load(files, edges=False, as_ranks=True).ranks.num_rows == 2
+
+
+def test_the_diff_compares_the_steps_the_report_counts():
+    """The A100 trainer trace's first step holds GPU work queued before the profiling window: the report's Overview
+    (step_stats) leaves it out, and so does the diff, whose step time is then the Overview's median."""
+    from tests.conftest import shared_trace
+
+    tables = tracekit.load(shared_trace("nvidia/a100_trainer_rank0of16_cudagraph.json.gz"))
+    with tracekit.open(shared_trace("nvidia/a100_trainer_rank0of16_cudagraph.json.gz")) as db:
+        stats = db.sql("select steps, median, steps_left_out from step_stats where metric = 'duration_ms'").row(
+            0, named=True)
+        steps = db.sql("select step, steady from steps order by step")
+    assert stats["steps_left_out"] >= 1  # the premise: a step the report does not count
+    side = diff.summarize(tables, "a100")
+    head = diff.compare(side, side).headline()
+    assert head["n_base"] == stats["steps"] and head["base"] == pytest.approx(stats["median"], rel=1e-9)
+    left_out = diff.compare(side, side).warmup[0][1]
+    assert list(left_out) == steps.filter(~pl.col("steady"))["step"].to_list()

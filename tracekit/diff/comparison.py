@@ -47,7 +47,8 @@ class Settings:
 
     @property
     def level_text(self) -> str:
-        """The interval's level as asked for, and how: "95% CI (alpha 0.05 per measure, uncorrected)"."""
+        """The interval's level as asked for, and how it follows from alpha: "95% CI (alpha 0.05 per measure, no
+        multiple-comparison correction)"."""
         return f"{100 * (1 - self.alpha):g}% CI (alpha {self.alpha:g} per measure, no multiple-comparison correction)"
 
 
@@ -152,7 +153,8 @@ class DiffResult:
             "steps_left_out": [{"capture": label, "steps": list(steps)} for label, steps in self.warmup if steps],
             "mismatches": list(self.mismatches),
             "headline": None if head is None else {
-                "measure": "step_time", "unit": "ms", "basis": dict(self.step_basis),
+                "measure": "step_time", "unit": "ms",
+                "basis": dict(zip(("baseline", "candidate"), (basis for _, basis in self.step_basis))),
                 **{k: head[k] for k in ("base", "cand", "delta", "percent_delta", *EFFECT_COLUMNS, "p_value",
                                         "level", "coverage", "n_base", "n_cand", "verdict")},
                 "note": self.variance_note},
