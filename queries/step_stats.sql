@@ -29,7 +29,7 @@ with judged as materialized (
     select *, count(*) over (partition by rank) as all_steps from steady_steps()
 ),
 used as (
-    select * from judged where used
+    select * from judged where used  -- the one steady-state rule: `steady` of lib/steps.sql step_metrics()
 ),
 long as (
     unpivot (

@@ -30,6 +30,8 @@
 --   unlaunched_gpu_ms: ms, union of GPU ops inside the window that have no launch call in the trace (queued
 --     before the profiling window): left out of busy, so a step with unlaunched_gpu_ms > 0 has an incomplete
 --     breakdown (step_stats leaves such steps out)
+--   steady: true for the steady-state steps step_stats and the diff use (no GPU work queued before the profiling
+--     window in the step; on a rank and phase with no such step, every step of it)
 -- notes: A step is the CPU user_annotation ProfilerStep#N (a cpu_op in legacy traces); on a rank without one, a
 --   serving engine's iteration (vLLM's and SGLang's iteration annotations, else vLLM V1's execute_model frames:
 --   step_windows() in lib/steps.sql); ranks with neither have no rows. The GPU breakdown uses
@@ -42,6 +44,6 @@
 --   spread across steps is unaffected). The GPU window is reported beside it, not used for clipping: GPU windows of
 --   consecutive steps overlap where the GPU runs behind the CPU (by ~2 steps on the MI300X ResNet trace), and
 --   the GPU-side ProfilerStep annotation can be a few µs long (same trace: 18 µs for a 16 ms step).
-select * exclude (unlaunched_ns), unlaunched_ns / 1e6 as unlaunched_gpu_ms
+select * exclude (unlaunched_ns, steady), unlaunched_ns / 1e6 as unlaunched_gpu_ms, steady
 from step_metrics()
 order by rank, step

@@ -73,6 +73,33 @@ def resolve_inputs(paths: str | Path | Iterable[str | Path] | Inputs) -> Inputs:
     return Inputs(given, files=tuple(find_trace_files(given)))
 
 
+def resolve_captures(path: str | Path) -> list[Inputs] | None:
+    """The captures of one configuration a directory holds, one `Inputs` per subdirectory (in name order); None when
+    PATH is not such a directory.
+
+    A directory of captures holds no trace file itself, and each of its subdirectories is one capture: trace files
+    (the ranks of one run) or an ingested dataset. A directory that holds trace files is the ranks of one run, as
+    everywhere else; a subdirectory of a directory of captures that holds neither is refused (InputError)."""
+    loc = storage.location(path)
+    if path_kind(loc) != "dir" or is_dataset(loc) or any(is_trace_file(f) for f in list_dir(loc)):
+        return None
+    below = [storage.relative(f, loc) for f in storage.find_files(loc)]
+    subdirs = sorted({rel.replace("\\", "/").split("/")[0] for rel in below if "/" in rel.replace("\\", "/")})
+    if not subdirs:
+        return None
+    captures = []
+    for sub in (storage.join(loc, d) for d in subdirs):
+        if not is_dataset(sub) and not any(is_trace_file(f) for f in list_dir(sub)):
+            raise InputError(f"{sub}: holds no trace files (*.json, *.json.gz) nor a dataset; in a directory of "
+                             "captures every subdirectory is one capture")
+        captures.append(resolve_inputs(sub))
+    return captures
+
+
+def is_trace_file(path: Location) -> bool:
+    return storage.name(path).endswith(TRACE_SUFFIXES) and storage.name(path) not in NOT_TRACES
+
+
 def is_dataset(path: Location) -> bool:
     """The one test of "is this an ingested dataset": a folder holding the `_tracekit.json` marker."""
     path = storage.location(path)
@@ -105,8 +132,7 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Location]:
         if kind == "dir":
             if is_dataset(p):
                 raise InputError(f"{p}: an ingested dataset is read on its own (give it as the only input)")
-            found = [f for f in list_dir(p) if storage.name(f).endswith(TRACE_SUFFIXES)
-                     and storage.name(f) not in NOT_TRACES]
+            found = [f for f in list_dir(p) if is_trace_file(f)]
             if not found:
                 raise InputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
             files += found
@@ -151,6 +177,46 @@ def refuse_no_events(rows: dict[str, int], diagnostics: pa.Table, files: list[st
     dropped = sum(diagnostics.column("dropped").to_pylist())
     why = f"none of its {dropped:,} entries is a usable event" if dropped else "traceEvents is empty"
     raise InputError(f"{named}: no trace events ({why})")
+
+
+@dataclass(frozen=True)
+class FileRun:
+    """What a trace file says about the run it belongs to: the fields that must agree between ranks of one run."""
+
+    path: str
+    world_size: int | None
+    devices: frozenset[str]
+    pytorch_version: str | None
+    span: tuple[int, int] | None  # first event start, last event end (epoch ns)
+
+
+def refuse_unrelated(files: list[FileRun]) -> None:
+    """InputError (one line naming the files and why) when trace files read together as the ranks of one run cannot
+    be: their world sizes, devices or PyTorch versions differ, or their time spans do not overlap (ranks of one run
+    are profiled at the same time). A property a file does not record is not held against it. `--as-ranks` (the
+    caller not calling this) reads them as one run anyway."""
+    if len(files) < 2:
+        return
+    reasons = []
+    for what, value in (("world size", lambda f: f.world_size), ("PyTorch version", lambda f: f.pytorch_version),
+                        ("device", lambda f: ", ".join(sorted(f.devices)) or None)):
+        known = {f.path: value(f) for f in files if value(f) is not None}
+        if len(set(known.values())) > 1:
+            reasons.append(f"{what} " + ", ".join(f"{v} in {storage.name(storage.location(p))}"
+                                                  for p, v in list(known.items())[:4]))
+    spans = sorted((f.span, f.path) for f in files if f.span is not None)
+    reach, last = (spans[0][0][1], spans[0][1]) if spans else (None, None)
+    for (start, end), path in spans[1:]:
+        if start > reach:
+            reasons.append(f"their time spans do not overlap ({storage.name(storage.location(last))} ends before "
+                           f"{storage.name(storage.location(path))} starts)")
+            break
+        if end > reach:
+            reach, last = end, path
+    if reasons:
+        named = ", ".join(f.path for f in files[:4]) + (f" (and {len(files) - 4} more)" if len(files) > 4 else "")
+        raise InputError(f"{named}: not ranks of one run: {'; '.join(reasons)} (diff them, or pass --as-ranks to "
+                         "read them as one run anyway)")
 
 
 def files_noted(diagnostics: pa.Table, reason: str) -> list[tuple[str, str]]:

@@ -11,22 +11,24 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracekit import schema, storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import UNREADABLE, Inputs, check_tables, resolve_inputs
+from tracekit.inputs import UNREADABLE, FileRun, Inputs, check_tables, refuse_unrelated, resolve_inputs
 from tracekit.link.edges import build_edges
 from tracekit.link.et import attach_execution_traces
 from tracekit.read.dataset import read_dataset
 from tracekit.read.kineto import FileTables, TraceParts, file_rank, rank_tables, read_trace
+from tracekit.read.ranks import pytorch_version
 
 Progress = Callable[[Path, int], None]  # called after each file with (path, bytes read)
 
 
 def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = None,
          progress: Progress | None = None, edges: bool = True, workers: int | None = None,
-         require_events: bool = True) -> TraceTables:
+         require_events: bool = True, as_ranks: bool = False) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
     among the files are read and linked to them (tracekit.et).
 
@@ -36,7 +38,9 @@ def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = N
     `if __name__ == "__main__":` guard).
 
     The input rules of the commands apply (`tracekit.inputs`): a bad path, or an input with no events, raises
-    InputError with the message a command prints; with `require_events=False` such an input gives its tables anyway,
+    InputError with the message a command prints (among them: files that cannot be ranks of one run, whose world
+    sizes, devices or PyTorch versions differ or whose time spans do not overlap, unless `as_ranks`: `--as-ranks`);
+    with `require_events=False` such an input gives its tables anyway,
     to look at their `diagnostics` (why each entry was dropped). A cut trace file, whose complete entries are read,
     issues a `tracekit.CutTraceWarning` (and has a `truncated` row in `diagnostics`).
     """
@@ -44,12 +48,12 @@ def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = N
     if inputs.dataset is not None:
         tables = read_dataset(inputs.dataset)
     else:
-        tables = read_files(list(inputs.files), rank, progress, edges, workers)
+        tables = read_files(list(inputs.files), rank, progress, edges, workers, as_ranks)
     return check_tables(tables, inputs, require_events)
 
 
 def read_files(files: list[Path], rank: int | None, progress: Progress | None, edges: bool,
-               workers: int | None) -> TraceTables:
+               workers: int | None, as_ranks: bool = False) -> TraceTables:
     """The stages in order over trace files: read each (ranks applied), link (edges, Execution Traces).
 
     A file that cannot be read is left out, with a `file_unreadable` note in diagnostics, when another file can be
@@ -85,8 +89,23 @@ def read_files(files: list[Path], rank: int | None, progress: Progress | None, e
         raise InputError(unread[0][1])
     for (path, trace), r in zip(unranked, file_order_ranks(claimed, len(unranked))):
         add(path, rank_tables(trace, r, "file_order"))
+    if not as_ranks:
+        refuse_unrelated([file_run(part) for part in parts])
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
     return attach_execution_traces(linked(parts, edges, unread_notes(unread)), execution_traces)
+
+
+def file_run(part: FileTables) -> FileRun:
+    """What one file's tables say about its run (inputs.refuse_unrelated compares them)."""
+    ranks, events = part.tables["ranks"], part.tables["events"]
+    sizes = {s for s in ranks.column("world_size").to_pylist() if s is not None}
+    versions = {v for v in map(pytorch_version, ranks.column("trace_metadata").to_pylist()) if v is not None}
+    start = pc.min(events.column("ts")).as_py()
+    end = pc.max(pc.add(events.column("ts"), pc.fill_null(events.column("dur"), 0))).as_py()
+    return FileRun(str(ranks.column("source_file")[0]) if ranks.num_rows else "?",
+                   min(sizes) if len(sizes) == 1 else None,
+                   frozenset(d for d in ranks.column("device_name").to_pylist() if d is not None),
+                   min(versions) if len(versions) == 1 else None, (start, end) if start is not None else None)
 
 
 def check_rank_option(rank: int | None, files: list) -> None:
@@ -98,7 +117,8 @@ def claim_ranks(claimed: dict[int, Path], path: Path, ranks: list[int]) -> None:
     """Record that PATH holds RANKS; InputError when another file holds one of them."""
     for r in ranks:
         if r in claimed:
-            raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too (pass one rank's files, or --rank)")
+            raise InputError(f"{path}: holds rank {r}, which {claimed[r]} holds too: not ranks of one run (pass one "
+                             "run's files; `tracekit diff` compares two runs)")
         claimed[r] = path
 
 

@@ -24,7 +24,10 @@
 --   step_members(): the step of every event that belongs to one (rank, id, step): what a step's events are (see
 --     the comment above its definition).
 --   step_events(of_step): the events of step N on every rank that has it (step_members()): rank, id.
---   step_metrics(): step_breakdown() in ms: the columns of the steps analysis, shared by steps and step_stats.
+--   step_metrics(): step_breakdown() in ms: the columns of the steps analysis, shared by steps and step_stats, and
+--     `steady`: THE steady-state rule (step_stats' statistics, the report's Overview and the diff's verdicts use
+--     these steps): a step whose window holds no GPU work queued before the profiling window (unlaunched_ns = 0);
+--     on a rank (and serving phase) with no such step, every step of it.
 --   gpu_time_in_windows(windows): GPU time inside each window of the relation named `windows` (a table or a CTE
 --     of the calling query, with rank, window_id, start_ns, end_ns): the union of GPU-op intervals clipped to the
 --     window, per category, in ns: computation_ns, communication_ns, memcpy_ns, busy_ns,
@@ -177,7 +180,8 @@ select rank, step, name, start_ns, end_ns,
        (gpu_end_ns - gpu_start_ns) / 1e6 as gpu_duration_ms,
        gpu_window_source,
        marker, phase, batch_size, tokens,
-       unlaunched_ns
+       unlaunched_ns,
+       unlaunched_ns = 0 or count(*) filter (where unlaunched_ns = 0) over (partition by rank, phase) = 0 as steady
 from step_breakdown();
 
 create or replace macro step_or_trace_windows() as table
@@ -248,6 +252,5 @@ create or replace macro steady_steps() as table
                count(*) over (partition by rank, phase) as phase_steps
         from step_metrics()
     )
-    select *, unlaunched_ns = 0 or complete_steps = 0 as used,
-           if(complete_steps = 0, 'all_steps', 'complete_steps') as basis
+    select *, steady as used, if(complete_steps = 0, 'all_steps', 'complete_steps') as basis
     from ss_judged;

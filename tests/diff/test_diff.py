@@ -72,9 +72,11 @@ def exact_rank_test(base: list[float], cand: list[float], alpha: float = 0.05) -
             "ci_low": diffs[c - 1] if c else None, "ci_high": diffs[m * n - c] if c else None}
 
 
-def steady_values(steps: pl.DataFrame, name: str, metric: str = "direct_kernel_ms") -> list[float]:
-    """An op's per-step values without the first step (the default warm-up)."""
-    rows = steps.filter((pl.col("name") == name) & (pl.col("step") > steps["step"].min())).sort("step")
+def steady_values(steps: pl.DataFrame, name: str, metric: str = "direct_kernel_ms", warmup: int = 0) -> list[float]:
+    """An op's per-step values in the steps the diff compares: every step of these hand-built sides is steady (their
+    `steps` say nothing of queued GPU work), less the first `warmup` (--warmup-steps, default 0)."""
+    first = sorted(steps["step"].unique().to_list())[:warmup]
+    rows = steps.filter((pl.col("name") == name) & ~pl.col("step").is_in(first)).sort("step")
     return rows[metric].to_list()
 
 
@@ -90,7 +92,12 @@ def test_verdict_is_the_rank_test_and_shift_interval_of_the_steady_steps():
     assert expected["ci_low"] > 0 and row["verdict"] == "slower" and row["verdict_on"] == "direct_kernel_ms"
     assert result.sections["ops"]["name"][0] == "aten::mm"
     assert result.headline()["verdict"] == "slower"
-    assert result.warmup == (("a", (0,)), ("b", (0,)))
+    assert result.warmup == (("a", ()), ("b", ()))
+    one = diff.compare(side_from_steps("a", base_steps), side_from_steps("b", cand_steps), warmup_steps=1)
+    expected = exact_rank_test(steady_values(base_steps, "aten::mm", warmup=1),
+                               steady_values(cand_steps, "aten::mm", warmup=1))
+    assert op_row(one, "aten::mm")["effect_direct_kernel_ms"] == pytest.approx(expected["effect"])
+    assert one.warmup == (("a", (0,)), ("b", (0,)))
 
 
 @pytest.mark.parametrize("sizes", [(2, 2), (3, 3), (3, 4), (4, 4), (4, 5), (5, 5), (3, 7), (6, 6)])
@@ -114,7 +121,8 @@ def test_interval_ranks_match_published_critical_values():
     assert verdicts.interval_rank(3, 3, 0.05) == 0 and verdicts.interval_rank(1, 1, 0.05) == 0
     stats = verdicts.shift_tests([[1.0, 2, 3, 4, 5]], [[6.0, 7, 8, 9, 10]], 0.05).row(0, named=True)
     assert stats["p_value"] == pytest.approx(2 / 252) and stats["effect"] == 5.0
-    assert stats["level"] == pytest.approx(1 - 2 * 4 / 252)
+    # The level is the one asked for (1 - alpha, what the label says); the exact coverage is beside it.
+    assert stats["level"] == pytest.approx(0.95) and stats["coverage"] == pytest.approx(1 - 2 * 4 / 252)
 
 
 def test_rank_test_agrees_with_enumeration_on_random_samples_with_ties():
@@ -139,16 +147,20 @@ def test_step_time_verdict_is_robust_to_the_warm_up_step():
                              schema_overrides={"rank": pl.Int32})
         return diff.Side(label, {"steps": steps})
 
-    result = diff.compare(side("a", base_ms), side("b", cand_ms))
+    result = diff.compare(side("a", base_ms), side("b", cand_ms), warmup_steps=1)
     head = result.headline()
-    assert head["base"] == pytest.approx(np.median(base_ms)) and head["cand"] == pytest.approx(np.median(cand_ms))
+    # The values are the medians of the steps compared (the steady ones), as the report's Overview.
+    assert head["base"] == pytest.approx(np.median(base_ms[1:]))
+    assert head["cand"] == pytest.approx(np.median(cand_ms[1:]))
     expected = exact_rank_test(base_ms[1:], cand_ms[1:])
     assert head["effect"] == pytest.approx(expected["effect"]) and head["p_value"] == pytest.approx(2 / 252)
     assert head["verdict"] == "faster" and (head["n_base"], head["n_cand"]) == (5, 5)
     assert result.warmup_text() == "a: ProfilerStep#0; b: ProfilerStep#0"
-    kept = diff.compare(side("a", base_ms), side("b", cand_ms), warmup_steps=0)
+    kept = diff.compare(side("a", base_ms), side("b", cand_ms))  # the default: every steady step
     assert kept.warmup_text() == "" and kept.headline()["n_cand"] == 6
-    assert kept.headline()["verdict"] == exact_verdict(base_ms, cand_ms)
+    assert kept.headline()["base"] == pytest.approx(np.median(base_ms))
+    # p = 0.065 with the slow first step: the interval reaches zero and beyond the floor
+    assert kept.headline()["verdict"] == exact_verdict(base_ms, cand_ms) == "inconclusive"
 
 
 def exact_verdict(base: list[float], cand: list[float], floor_percent: float = 1.0) -> str:
@@ -158,7 +170,7 @@ def exact_verdict(base: list[float], cand: list[float], floor_percent: float = 1
         return "not enough steps to say"
     if (expected["ci_low"] > 0 or expected["ci_high"] < 0) and abs(expected["effect"]) > floor:
         return "slower" if expected["effect"] > 0 else "faster"
-    return "unchanged"
+    return "no change" if -floor <= expected["ci_low"] and expected["ci_high"] <= floor else "inconclusive"
 
 
 def test_same_configuration_gives_verdicts_at_most_at_the_level():
@@ -168,15 +180,23 @@ def test_same_configuration_gives_verdicts_at_most_at_the_level():
         verdict = result.measures.filter(pl.col("verdict").is_not_null())["verdict"]
         judged += verdict.len()
         called += verdict.is_in(["slower", "faster"]).sum()
-    # 20 pairs × (3 ops × 4 timed metrics + GPU timeline + step time); exact 5-vs-5 test at 5%: at most 3.2% each.
+    # 20 pairs × (3 ops × 4 timed metrics + GPU timeline + step time); exact 6-vs-6 test at 5%: at most 4.1% each.
     assert judged > 300 and called <= 0.05 * judged, (called, judged)
 
 
-def test_identical_captures_are_unchanged():
-    steps = noisy_ops(30)
-    result = diff.compare(side_from_steps("a", steps), side_from_steps("b", steps))
-    assert set(result.measures["verdict"].drop_nulls()) == {"unchanged"}
-    assert result.measures.filter(pl.col("n_base") == 5).height == result.measures.height
+def test_identical_captures_are_no_change_when_steady_and_inconclusive_when_noisy():
+    steady = noisy_ops(30, sd=0.002)
+    result = diff.compare(side_from_steps("a", steady), side_from_steps("b", steady))
+    # Identical steps 0.2% apart: every interval lies within the 1% floor, so each measure is "no change".
+    assert set(result.measures["verdict"].drop_nulls()) == {"no change"}
+    assert result.measures.filter(pl.col("n_base") == 6).height == result.measures.height
+    # The same with 2% noise: the interval (identical samples: symmetric about 0) reaches beyond the floor.
+    noisy = noisy_ops(30)
+    result = diff.compare(side_from_steps("a", noisy), side_from_steps("b", noisy))
+    for name in OPS:
+        values = steady_values(noisy, name)
+        assert op_row(result, name)["verdict_direct_kernel_ms"] == exact_verdict(values, values), name
+    assert not set(result.measures["verdict"].drop_nulls()) & {"slower", "faster"}
 
 
 def test_an_op_missing_from_some_steps_counts_as_zero_there():
@@ -189,7 +209,7 @@ def test_an_op_missing_from_some_steps_counts_as_zero_there():
     assert row["effect_direct_kernel_ms"] == pytest.approx(expected["effect"])
     assert row["verdict"] == exact_verdict(steady_values(base, "aten::relu"), relu)
     counted = result.measures.filter((pl.col("item") == "aten::relu") & (pl.col("metric") == "direct_kernel_ms"))
-    assert counted["n_cand"].to_list() == [5]  # the 3 steps without relu are values of 0, not missing
+    assert counted["n_cand"].to_list() == [6]  # the 3 steps without relu are values of 0, not missing
 
 
 def test_one_step_each_is_not_enough_to_say():
@@ -226,7 +246,7 @@ def test_candidate_with_fewer_steps_is_scaled_to_the_baseline_step_count():
     mm = cand.filter(pl.col("name") == "aten::mm")["direct_kernel_ms"].sum()
     assert row["cand_direct_kernel_ms"] == pytest.approx(mm * 6 / 5)
     assert row["cand_count"] == pytest.approx(24)
-    # The verdict compares steps, which need no scaling: 5 steady steps against 4.
+    # The verdict compares steps, which need no scaling: 6 steady steps against 5.
     assert row["verdict"] == exact_verdict(steady_values(base, "aten::mm"), steady_values(cand, "aten::mm"))
 
 
@@ -264,7 +284,7 @@ def test_kernel_names_that_do_not_match_are_noted():
     result = diff.compare(with_kernels(a, "sm90_"), with_kernels(b, "Cijk_"))
     assert any("kernel names mostly differ" in n for n in result.notes)
     assert set(result.sections["kernels"]["verdict"]) == {"added", "removed"}
-    assert set(result.sections["ops"]["verdict"]) == {"unchanged"}
+    assert not set(result.sections["ops"]["verdict"]) & {"slower", "faster", "added", "removed"}
     same = diff.compare(with_kernels(a, "sm90_"), with_kernels(b, "sm90_"))
     assert not same.notes
 
@@ -341,8 +361,26 @@ def workers_pair():
 
 
 @pytest.fixture(scope="module")
-def workers_diff(workers_pair):
-    return diff.compare(*(tracekit.load(p) for p in workers_pair), labels=("workers0", "workers4"))
+def workers_sides(workers_pair):
+    return [diff.summarize(tracekit.load(p), label) for p, label in zip(workers_pair, ("workers0", "workers4"))]
+
+
+@pytest.fixture(scope="module")
+def workers_diff(workers_sides):
+    # --warmup-steps 1: workers4's first step (182 ms, then 116-164 ms) is a warm-up the report's rule keeps
+    return diff.compare(*workers_sides, warmup_steps=1)
+
+
+def test_workers_pair_with_every_steady_step_is_inconclusive_and_says_variance_is_unmeasured(workers_sides):
+    # The report's steady steps (all 6 a side): the candidate's slow first step leaves p = 0.065 (exact: 60/924);
+    # the interval reaches zero but not within the floor. One capture a side: the headline says what it cannot see.
+    result = diff.compare(*workers_sides)
+    head = result.headline()
+    base_ms = [176.078, 173.992, 176.918, 181.259, 176.468, 164.261]  # the Steps sheet of each trace
+    cand_ms = [181.565, 123.884, 126.824, 126.272, 163.461, 116.146]
+    assert (head["n_base"], head["n_cand"]) == (6, 6) and head["base"] == pytest.approx(np.median(base_ms))
+    assert head["p_value"] == pytest.approx(exact_rank_test(base_ms, cand_ms)["p_value"], rel=1e-6)
+    assert head["verdict"] == "inconclusive" and result.variance_note and "unmeasured" in result.variance_note
 
 
 def test_dataloader_workers_show_as_the_top_change(workers_diff):
@@ -359,7 +397,7 @@ def test_dataloader_workers_show_as_the_top_change(workers_diff):
 
 def test_fail_on_regression_exits_1_on_the_slower_run(workers_pair):
     workers0, workers4 = map(str, workers_pair)
-    slower = CliRunner().invoke(main, ["diff", workers4, workers0, "--fail-on-regression", "5"])
+    slower = CliRunner().invoke(main, ["diff", workers4, workers0, "--fail-on-regression", "5", "--warmup-steps", "1"])
     assert slower.exit_code == 1, slower.output
     assert "regression: step_time" in slower.output
 
@@ -429,9 +467,12 @@ def test_cli_passes_the_gate_on_a_second_capture(synth_runs):
     out = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "same"),
                                     "--fail-on-regression", "0"], env={"COLUMNS": "160"})
     assert out.exit_code == 0, out.output
-    headline = next(line for line in out.output.splitlines() if line.startswith("step time"))
-    assert headline.endswith("unchanged") and "CI [" in headline and "5 vs 5 steps" in headline
-    assert "warm-up steps left out of the verdicts: base: ProfilerStep#" in out.output
+    lines = out.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("step time"))
+    headline = lines[at]
+    assert not headline.endswith(("slower", "faster")) and "6 vs 6 steps" in headline
+    assert "95% CI (alpha 0.05 per measure, no multiple-comparison correction) [" in headline
+    assert "run-to-run variance is unmeasured" in lines[at + 1] and "-- B1 B2" in lines[at + 1]
 
 
 def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, tmp_path):
@@ -439,9 +480,10 @@ def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, tmp_path):
     result = diff.compare(tracekit.load(tmp_path / "base.tables"), tracekit.load(synth_runs / "base"))
     assert result.measures.height > 500
     assert result.measures.filter(pl.col("delta") != 0).height == 0
-    # Every measure with per-step values is unchanged (identical steps); GPU time with no launcher has none.
+    # No measure with per-step values is called (identical steps); GPU time with no launcher has none.
     stepped = result.measures.filter(pl.col("n_base") > 0)
-    assert set(stepped["verdict"].drop_nulls()) == {"unchanged"} and stepped.height > 500
+    assert set(stepped["verdict"].drop_nulls()) <= {"no change", "inconclusive"} and stepped.height > 500
+    assert stepped.filter(pl.col("ci_low") > 0).height == stepped.filter(pl.col("ci_high") < 0).height == 0
     assert set(result.measures.filter(pl.col("n_base") == 0)["item"]) <= {"no_launcher_excluded"}
 
 
@@ -457,10 +499,10 @@ def test_noisy_candidate_whose_steps_all_exceed_the_baseline_is_slower(tmp_path)
     out = CliRunner().invoke(main, ["diff", str(tmp_path / "base"), str(tmp_path / "cand"),
                                     "--fail-on-regression", "5"], env={"COLUMNS": "200"})
     headline = next(line for line in out.output.splitlines() if line.startswith("step time"))
-    assert headline.endswith("slower") and "p=0.0079, 5 vs 5 steps" in headline, out.output
+    assert headline.endswith("slower") and "p=0.0022, 6 vs 6 steps" in headline, out.output  # 2/924
     assert out.exit_code == 1 and "regression: step_time" in out.output
     head = diff.compare(tracekit.load(tmp_path / "base"), tracekit.load(tmp_path / "cand")).headline()
-    expected = exact_rank_test(base_ms[1:], cand_ms[1:])
+    expected = exact_rank_test(base_ms, cand_ms)
     assert head["effect"] == pytest.approx(expected["effect"], rel=1e-6)
     assert head["ci_low"] == pytest.approx(expected["ci_low"], rel=1e-6) and head["ci_low"] > 0
 
@@ -521,8 +563,8 @@ def test_the_workbook_definition_names_frames_and_columns_the_diff_has():
     formats = report.style().formats
     spec = report.workbook_spec("diff")
     assert [s.name for s in spec.sheets] == ["Summary", "Step time", "Iterations by phase", "Ops", "Ops by shape",
-                                             "Op rates", "Kernels", "Categories", "Collectives", "Critical path",
-                                             "One side only"]
+                                             "Op rates", "Kernels", "Categories", "Collectives", "Collective roles",
+                                             "Critical path", "One side only"]
     for sheet in spec.sheets:
         for block in sheet.blocks:
             assert block.query in frames, (sheet.name, block.query)

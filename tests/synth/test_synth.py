@@ -291,6 +291,26 @@ def test_slow_kernel_names_match_case_insensitively_and_must_match(tmp_path):
     assert not (tmp_path / "typo").exists()
 
 
+def test_drift_scales_every_duration_of_a_capture_by_one_factor(tmp_path):
+    base = synth.generate(tmp_path / "base", **SMALL)
+    drifted = synth.generate(tmp_path / "drift", **SMALL, drift=0.05, noise_seed=3)
+    factor = synth.SynthConfig(**SMALL, drift=0.05, noise_seed=3).drift_factor
+    assert factor != 1.0 and factor == synth.SynthConfig(**SMALL, drift=0.05, noise_seed=3).drift_factor
+    assert synth.SynthConfig(**SMALL, drift=0.05, noise_seed=4).drift_factor != factor  # another capture
+    with pytest.raises(tracekit.InputError, match="--drift -0.1: must be zero or positive"):
+        synth.SynthConfig(**SMALL, drift=-0.1).check()
+
+    def kernels(path):
+        return [(e["name"], round(e["dur"] * 1000)) for e in trace_entries(path) if e.get("cat") == "kernel"]
+
+    for before_path, after_path in zip(base, drifted):  # every rank: the same factor
+        before, after = kernels(before_path), kernels(after_path)
+        assert [n for n, _ in before] == [n for n, _ in after]
+        # collectives end when the last rank arrives plus a transfer: only their transfer part scales
+        timed = [(d1, d2) for (n, d1), (_, d2) in zip(before, after) if "nccl" not in n]
+        assert timed and all(abs(d2 - d1 * factor) <= 1 for d1, d2 in timed)
+
+
 def test_scale_multiplies_ops():
     small = synth.synthesize(synth.SynthConfig(ranks=1, steps=1, scale=1))
     large = synth.synthesize(synth.SynthConfig(ranks=1, steps=1, scale=3))

@@ -188,12 +188,32 @@ def working(what: str) -> Iterator[None]:
         spinner.stop()
 
 
-def load_traces(paths: Iterable[str], rank: int | None = None) -> TraceTables:
-    """`tracekit.load` (its input rules: InputError for no events, a warning line per cut trace file), with a
-    progress bar."""
+def load_traces(paths: Iterable[str] | Inputs, rank: int | None = None) -> TraceTables:
+    """`tracekit.load` (its input rules: InputError for no events or for files that are not ranks of one run unless
+    the command was given --as-ranks, a warning line per cut trace file), with a progress bar."""
     inputs = resolve_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
-        return load(inputs, rank=rank, progress=progress)
+        return load(inputs, rank=rank, progress=progress, as_ranks=as_ranks_given())
+
+
+AS_RANKS = "tracekit_as_ranks"  # the context's meta key --as-ranks sets
+
+
+def remember_as_ranks(ctx: click.Context, _param, value: bool) -> None:
+    ctx.meta[AS_RANKS] = value
+
+
+# On every command that reads traces: load_traces / open_database read it from the context, so a command's function
+# does not pass it along.
+as_ranks_option = click.option(
+    "--as-ranks", is_flag=True, expose_value=False, callback=remember_as_ranks,
+    help="Read the trace files as ranks of one run even where they disagree (world size, device, PyTorch version) "
+         "or their time spans do not overlap; without it such files are refused.")
+
+
+def as_ranks_given() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.meta.get(AS_RANKS))
 
 
 peak_option = click.option(
@@ -234,4 +254,4 @@ def open_database(paths: Iterable[str], rank: int | None = None, safe: bool = Fa
 
     inputs = resolve_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
-        return open_traces(inputs, rank=rank, progress=progress, safe=safe)
+        return open_traces(inputs, rank=rank, progress=progress, safe=safe, as_ranks=as_ranks_given())

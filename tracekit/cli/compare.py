@@ -1,7 +1,9 @@
-"""`tracekit diff`: compare two runs, print the changes, write the comparison workbook, gate CI on a regression."""
+"""`tracekit diff`: compare two runs, print the changes (or JSON for CI), write the comparison workbook, gate CI on a
+regression."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -19,71 +21,118 @@ from tracekit.cli.app import (
     warn_about_failed_analyses,
 )
 from tracekit.errors import InputError
-from tracekit.inputs import resolve_inputs
+from tracekit.inputs import Inputs, resolve_captures, resolve_inputs
 from tracekit.output.files import check_output_file
 
 WORKBOOK_FILE_HINT = "the workbook's file name, e.g. diff.xlsx"  # as diff.write_workbook asks for it
+SIDES_SEPARATOR = "\x00--"  # what `--` between the sides' captures becomes among the positional arguments
+USAGE = "give BASELINE CANDIDATE, or each side's captures separated by --: A1 A2 ... -- B1 B2 ..."
 
 
-@main.command(name="diff")
-@click.argument("baseline")
-@click.argument("candidate")
+class SidesCommand(click.Command):
+    """A command whose positional arguments may be split by `--` into two groups (the diff's sides). Click ends
+    option parsing at `--`; here it is kept as a marker instead, so options may come anywhere."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = [SIDES_SEPARATOR if a == "--" else a for a in args]
+        return super().parse_args(ctx, args)
+
+
+@main.command(name="diff", cls=SidesCommand)
+@click.argument("runs", nargs=-1, required=True, metavar="BASELINE CANDIDATE | A1 A2 ... -- B1 B2 ...")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=diff.DEFAULT_ALPHA,
               show_default=True,
-              help="Level of the per-step rank test: a change is called when the 1 - ALPHA confidence interval of its "
-                   "per-step shift excludes 0 (and the shift exceeds 1% of the per-step value).")
+              help="A change is called when the 1 - ALPHA confidence interval of its shift excludes 0 and the shift "
+                   "exceeds 1% of the value (per measure, no multiple-comparison correction).")
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=diff.DEFAULT_WARMUP_STEPS, show_default=True,
-              help="Leading ProfilerSteps of each run left out of the verdicts (named in the output); 0 keeps all.")
+              help="Leading steady ProfilerSteps of each capture also left out of the verdicts (named in the "
+                   "output); steps the report does not count as steady are always left out.")
 @click.option("--fail-on-regression", "fail_percent", type=float, default=None, metavar="PCT",
               help="Exit with code 1 when --metric is called slower and is more than PCT percent above the baseline "
                    "(CI gating).")
 @click.option("--metric", default="step_time", show_default=True,
               help="Measure gated by --fail-on-regression: step_time, a GPU timeline category (busy, idle, "
                    "computation, ...), op:NAME, kernel:NAME or category:NAME.")
-@click.option("--top", type=int, default=15, show_default=True, help="Changes listed in the terminal.")
+@click.option("--top", type=int, default=15, show_default=True, help="Changes listed in the terminal (and in JSON).")
+@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True,
+              help="table: the summary for a terminal; json: the verdicts as one JSON document on standard output "
+                   "(for CI; docs/diff.md gives its fields).")
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
               help="Write the comparison workbook (e.g. diff.xlsx): summary with charts, ops, ops by shape, kernels, "
                    "categories, collectives, critical path, one side only.")
 @click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
 @scheduler_option
 @user_errors
-def diff_command(baseline, candidate, alpha, warmup_steps, fail_percent, metric, top, out_path, force, scheduler):
-    """Compare two runs: BASELINE and CANDIDATE are each a trace file, a directory of ranks or an ingested dataset."""
+def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_path, force, scheduler):
+    """Compare two runs. BASELINE and CANDIDATE are each a trace file, a directory of ranks, an ingested dataset,
+    or a directory of captures (one subdirectory per capture of one configuration). With several captures a side
+    (A1 A2 ... -- B1 B2 ...), the verdicts test between-capture variance, captures as blocks."""
     try:
         diff.parse_metric_name(metric)
     except LookupError as exc:
         raise InputError(f"--metric {exc}") from None
     if out_path is not None:
-        check_output_file(out_path, (baseline, candidate), force, WORKBOOK_FILE_HINT)
-    # One run's tables at a time: each is summarised (its analyses run) before the next is read.
-    if scheduler:
-        from tracekit.cluster import runs
-        with on_cluster(scheduler, (baseline,)) as (client, base):
-            sides = [runs.summarize(client, base, Path(baseline).name),
-                     runs.summarize(client, resolve_inputs((candidate,)), Path(candidate).name)]
-    else:
-        sides = [diff.summarize(load_traces((path,)), Path(path).name) for path in (baseline, candidate)]
-    for side in sides:
+        check_output_file(out_path, [p for p in runs if p != SIDES_SEPARATOR], force, WORKBOOK_FILE_HINT)
+    sides = split_sides(runs)
+    summaries = summarized(sides, scheduler)
+    for side in (s for captures in summaries for s in captures):
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
-    result = diff.compare(*sides, alpha=alpha, warmup_steps=warmup_steps)
-    diff.print_summary(result, stdout, top)
+    result = diff.compare(*summaries, alpha=alpha, warmup_steps=warmup_steps)
+    gated = None
+    if fail_percent is not None or metric != "step_time":
+        try:  # before anything is printed: a bad name is one line, not a diff followed by an error
+            gated = result.metric(metric)
+        except LookupError as exc:
+            raise InputError(f"--metric {exc}") from None
+    regressed = fail_percent is not None and result.regressed(fail_percent, metric)
+    if fmt == "json":
+        document = result.as_dict(top)
+        if fail_percent is not None:
+            document["gate"] = {"metric": metric, "threshold_percent": fail_percent, "verdict": gated["verdict"],
+                                "regressed": regressed}
+        click.echo(json.dumps(document, indent=1, allow_nan=False))
+    else:
+        diff.print_summary(result, stdout, top)
     if out_path is not None:
         for problem in diff.write_workbook(result, out_path, force):
             stderr.print(f"note: {problem}")
-        stdout.print(f"wrote {out_path}")
+        (stderr if fmt == "json" else stdout).print(f"wrote {out_path}")
     if fail_percent is not None:
-        try:
-            regressed = result.regressed(fail_percent, metric)
-        except LookupError as exc:
-            raise InputError(f"--metric {exc}") from None
-        if result.metric(metric)["verdict"] == diff.verdicts.NOT_ENOUGH:
-            click.echo(f"tracekit: --fail-on-regression: {metric}: not enough steps to say (not gated)", err=True)
+        if gated["verdict"] in (diff.verdicts.NOT_ENOUGH, diff.verdicts.INCONCLUSIVE):
+            click.echo(f"tracekit: --fail-on-regression: {metric}: {gated['verdict']} (not gated)", err=True)
         if regressed:
-            row = result.metric(metric)
-            click.echo(f"tracekit: regression: {metric} {signed_percent(row['percent_delta'])} slower "
-                       f"(more than {fail_percent:g}%; per-step shift {row['effect']:+.3g}, CI "
-                       f"[{row['ci_low']:+.3g}, {row['ci_high']:+.3g}])", err=True)
+            click.echo(f"tracekit: regression: {metric} {signed_percent(gated['percent_delta'])} slower "
+                       f"(more than {fail_percent:g}%; shift {gated['effect']:+.3g}, CI "
+                       f"[{gated['ci_low']:+.3g}, {gated['ci_high']:+.3g}])", err=True)
             sys.exit(1)
+
+
+def split_sides(runs: tuple[str, ...]) -> tuple[list[tuple[Inputs, str]], list[tuple[Inputs, str]]]:
+    """Each side's captures with their labels: `A B` (each a run, or a directory of captures: `A/c1`, ...) or
+    `A1 A2 ... -- B1 B2 ...`. Paths are checked here, before anything is read."""
+    if SIDES_SEPARATOR in runs:
+        at = runs.index(SIDES_SEPARATOR)
+        groups = (runs[:at], runs[at + 1:])
+        if not groups[0] or not groups[1] or SIDES_SEPARATOR in groups[1]:
+            raise InputError(f"{USAGE} (one -- with captures on both sides of it)")
+        return tuple([(resolve_inputs(p), Path(p).name) for p in group] for group in groups)
+    if len(runs) != 2:
+        raise InputError(f"{len(runs)} inputs: {USAGE}")
+    sides = []
+    for path in runs:
+        captures = resolve_captures(path)
+        sides.append([(resolve_inputs(path), Path(path).name)] if captures is None else
+                     [(c, f"{Path(path).name}/{Path(str(c.given[0])).name}") for c in captures])
+    return tuple(sides)
+
+
+def summarized(sides, scheduler: str | None) -> list[list[diff.Side]]:
+    """Each capture summarised, one run's tables at a time (each is summarised before the next is read)."""
+    if scheduler:
+        from tracekit.cluster import runs
+        with on_cluster(scheduler, sides[0][0][0].given) as (client, _):
+            return [[runs.summarize(client, c, label) for c, label in captures] for captures in sides]
+    return [[diff.summarize(load_traces(c), label) for c, label in captures] for captures in sides]
 
 
 def signed_percent(value: float | None) -> str:

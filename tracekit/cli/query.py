@@ -10,7 +10,8 @@ import click
 import polars as pl
 
 from tracekit import schema, storage
-from tracekit.cli.app import main, open_database, peak_option, read_peak_option, stderr, stdout, user_errors, working
+from tracekit.cli.app import (as_ranks_option, main, open_database, peak_option, read_peak_option, stderr, stdout,
+                              user_errors, working)
 from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import path_kind
@@ -71,6 +72,7 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
                    "extensions or settings: refused with exit code 2). A dataset is read into memory first.")
 @peak_option
 @output_options
+@as_ranks_option
 @user_errors
 def sql_command(query_and_inputs, query_file, rank, safe, peak_file, fmt, out_path, wide, max_rows):
     """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
@@ -139,6 +141,7 @@ def queries_command(wide):
 @click.option("--step", type=int, default=None, help="Run over training step N only (ProfilerStep#N of each rank).")
 @peak_option
 @output_options
+@as_ranks_option
 @user_errors
 def run_command(name, traces, only_ranks, step, peak_file, fmt, out_path, wide, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""

@@ -12,6 +12,7 @@ import click
 from tracekit import storage
 from tracekit.errors import InputError
 from tracekit.cli.app import (
+    as_ranks_option,
     load_traces,
     main,
     on_cluster,
@@ -39,6 +40,7 @@ from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
 @scheduler_option
+@as_ranks_option
 @user_errors
 def ingest(traces, out_dir, rank, force, scheduler):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
@@ -69,6 +71,7 @@ def ingest(traces, out_dir, rank, force, scheduler):
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
 @click.option("--wide", is_flag=True, help="Print op and kernel names whole in the summary, however wide.")
 @peak_option
+@as_ranks_option
 @scheduler_option
 @user_errors
 def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
@@ -104,6 +107,9 @@ def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
               help="Sigma of the log-normal jitter applied to every duration.")
 @click.option("--noise-seed", type=int, default=0, show_default=True,
               help="With the same --seed, another capture of the same job.")
+@click.option("--drift", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Sigma of a log-normal factor drawn once per capture (from --seed and --noise-seed) on every "
+                   "duration: run-to-run drift between captures of one job.")
 @click.option("--slow-kernel", "slow_kernels", multiple=True, metavar="NAME=FACTOR",
               help="Multiply the durations of kernels whose name contains NAME (repeatable).")
 @click.option("--queued-kernels", type=click.IntRange(min=0), default=0, show_default=True,
@@ -120,7 +126,7 @@ def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for rank{r}.json and ground_truth.json.")
 @user_errors
-def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_kernels, expert_parallel, merged,
+def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, queued_kernels, expert_parallel, merged,
           gzip_output, serving, graph_launch, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job (or, with --serving, of an LLM serving
     engine), with their exact ground truth."""
@@ -137,6 +143,7 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
                      f"({ranks} ranks, {steps} {serving} iterations each) and {synthetic.GROUND_TRUTH_FILE}")
         return
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
+                               drift=drift,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,
                                merged=merged, gzip=gzip_output, expert_parallel=expert_parallel)
     entries = sum(r["trace_entries"] for r in synthetic.read_ground_truth(out_dir)["ranks"])
@@ -153,6 +160,7 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, slow_kernels, queued_ker
 @click.option("-o", "--out", "outs", multiple=True, required=True, type=click.Path(path_type=Path),
               help="File to write: *.graphml (GraphML) or *.dot / *.gv (Graphviz DOT). Repeat for both.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@as_ranks_option
 @user_errors
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among

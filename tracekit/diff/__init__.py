@@ -22,10 +22,12 @@ from __future__ import annotations
 from tracekit.diff import verdicts
 from tracekit.diff.compare import compare, per_step_results, summarize
 from tracekit.diff.comparison import (
+    CAPTURES,
     DEFAULT_ALPHA,
     DEFAULT_FLOOR_PERCENT,
     DEFAULT_WARMUP_STEPS,
     SIGNIFICANT,
+    STEPS,
     DiffResult,
     Settings,
 )
@@ -35,7 +37,8 @@ from tracekit.diff.terminal import print_summary
 from tracekit.diff.workbook import write_workbook
 
 __all__ = [
-    "DEFAULT_ALPHA", "DEFAULT_FLOOR_PERCENT", "DEFAULT_WARMUP_STEPS", "SECTIONS", "SIGNIFICANT", "TOP_CHANGE_SECTIONS",
+    "CAPTURES", "STEPS", "DEFAULT_ALPHA", "DEFAULT_FLOOR_PERCENT", "DEFAULT_WARMUP_STEPS", "SECTIONS", "SIGNIFICANT",
+    "TOP_CHANGE_SECTIONS",
     "DiffResult", "Metric", "Section", "Settings", "Side", "compare", "parse_metric_name", "per_step_results",
     "print_summary", "summarize", "verdicts", "write_workbook",
 ]

@@ -5,19 +5,25 @@ from __future__ import annotations
 
 import polars as pl
 
+from collections.abc import Sequence
+
 from tracekit.diff import verdicts
+from tracekit.diff.blocks import capture_tests
 from tracekit.diff.comparison import (
+    CAPTURES,
     DEFAULT_ALPHA,
     DEFAULT_FLOOR_PERCENT,
     DEFAULT_WARMUP_STEPS,
     EFFECT_COLUMNS,
     SIGNIFICANT,
+    STEPS,
     DiffResult,
     Settings,
 )
 from tracekit.diff.measures import merged_step_ops
+from tracekit.diff.mismatch import mismatches, run_info
 from tracekit.diff.sections import SECTIONS, Section, per_step_analyses, totals_analyses
-from tracekit.diff.side import Side, SidePart, result, step_basis, step_counts_of, warmup_steps_of
+from tracekit.diff.side import Side, SidePart, left_out_steps, result, step_basis, step_counts_of
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
 from tracekit.query import analyses, step_scope
@@ -43,8 +49,8 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
     with_rows = [name for name in per_step_analyses(sections) if name in results and results[name].height]
     per_step = per_step_results(tables, with_rows, failures, sections)
     if per_step is None:
-        return SidePart(results, failures=failures)
-    return SidePart(results, *per_step, failures=failures)
+        return SidePart(results, failures=failures, run_info=run_info(tables))
+    return SidePart(results, *per_step, failures=failures, run_info=run_info(tables))
 
 
 def combined_side(label: str, parts: list[SidePart]) -> Side:
@@ -53,10 +59,11 @@ def combined_side(label: str, parts: list[SidePart]) -> Side:
     results = analyses.combine_ranks([p.results for p in parts])
     failures = {name: why for p in parts for name, why in p.failures.items()}
     steps = pl.concat([p.steps for p in parts])
+    info = pl.concat([p.run_info for p in parts])
     if steps.height == 0 or steps.group_by("rank").len()["len"].max() < 2:
-        return Side(label, results, failures=failures)
+        return Side(label, results, failures=failures, run_info=info)
     per_step = analyses.combine_ranks([p.per_step for p in parts])
-    return Side(label, results, per_step, steps, failures)
+    return Side(label, results, per_step, steps, failures, info)
 
 
 def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, str],
@@ -95,48 +102,73 @@ def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, 
 # ---------------------------------------------------------------------------------------------------------------
 # The comparison
 
+Run = TraceTables | Side  # one capture: its tables, or its summary
 
-def compare(base: TraceTables | Side, cand: TraceTables | Side, alpha: float = DEFAULT_ALPHA,
+
+def compare(base: Run | Sequence[Run], cand: Run | Sequence[Run], alpha: float = DEFAULT_ALPHA,
             floor_percent: float = DEFAULT_FLOOR_PERCENT, warmup_steps: int = DEFAULT_WARMUP_STEPS,
             labels: tuple[str, str] = ("base", "cand"), sections: dict[str, Section] = SECTIONS) -> DiffResult:
-    """Compare a baseline and a candidate run (tables, or sides already summarised).
+    """Compare a baseline and a candidate run: each one capture (tables, or a side already summarised) or several
+    captures of one configuration (a list of them).
 
-    A measure is slower/faster when the 1 − `alpha` confidence interval of its per-step shift excludes 0 and the
-    shift exceeds `floor_percent` of its per-step value; the first `warmup_steps` steps of each run are left out of
-    that comparison. See tracekit/diff/verdicts.py for the rule. `sections`: what is compared (sections.py).
+    One capture a side: a measure is slower/faster when the 1 − `alpha` confidence interval of its per-step shift
+    excludes 0 and the shift exceeds `floor_percent` of its per-step value (tracekit/diff/verdicts.py); run-to-run
+    variance is then unmeasured, and the result says so. Several captures a side: captures are blocks, and the
+    test is on per-capture values (tracekit/diff/blocks.py). Steps that are not steady (the report's rule), and the
+    first `warmup_steps` steps of each capture, are left out. `sections`: what is compared (sections.py).
     """
-    base = base if isinstance(base, Side) else summarize(base, labels[0], sections)
-    cand = cand if isinstance(cand, Side) else summarize(cand, labels[1], sections)
-    settings = Settings(alpha, floor_percent, warmup_steps)
-    warmup = {"base": warmup_steps_of(base, warmup_steps), "cand": warmup_steps_of(cand, warmup_steps)}
+    sides = {"base": captures_of(base, labels[0], sections), "cand": captures_of(cand, labels[1], sections)}
+    method = STEPS if len(sides["base"]) == len(sides["cand"]) == 1 else CAPTURES
+    settings = Settings(alpha, floor_percent, warmup_steps, method)
+    warmup = {name: [left_out_steps(s, warmup_steps) for s in captures] for name, captures in sides.items()}
     # One thread for the comparison of the two summaries (small frames): float sums then add up in one order, so a
     # run gives the same bits every time.
     with connection.connect(threads=1) as con:
-        con.register("coverage", coverage(base, cand))
-        compared = {name: compare_section(con, section, {"base": base, "cand": cand}, warmup, settings)
-                    for name, section in sections.items()}
+        con.register("coverage", coverage(sides["base"], sides["cand"]))
+        compared = {name: compare_section(con, section, sides, warmup, settings) for name, section in sections.items()}
     measures = pl.concat([long_form(section, compared[name]) for name, section in sections.items()])
-    frames = {name: wide_form(section, compared[name], attributes(section, base, cand))
+    frames = {name: wide_form(section, compared[name], attributes(section, sides["cand"] + sides["base"]))
               for name, section in sections.items()}
-    return DiffResult(base.label, cand.label, frames, measures, settings,
-                      tuple((s.label, step_basis(s)) for s in (base, cand)), diff_notes(base, cand, measures),
-                      ((base.label, warmup["base"]), (cand.label, warmup["cand"])), sections)
+    side_labels = (side_label(sides["base"]), side_label(sides["cand"]))
+    return DiffResult(side_labels[0], side_labels[1], frames, measures, settings,
+                      tuple((label, step_basis(s[0])) for label, s in zip(side_labels, sides.values())),
+                      diff_notes(sides["base"], sides["cand"], measures),
+                      tuple((s.label, w) for name in sides for s, w in zip(sides[name], warmup[name])), sections,
+                      captures=(len(sides["base"]), len(sides["cand"])),
+                      mismatches=mismatches(sides["base"], sides["cand"], side_labels))
 
 
-def coverage(base: Side, cand: Side) -> pl.DataFrame:
+def captures_of(run: Run | Sequence[Run], label: str, sections: dict[str, Section]) -> list[Side]:
+    """A side's captures, summarised (a list of one for a single capture); labels `label` or `label#i`."""
+    runs = [run] if isinstance(run, (TraceTables, Side)) else list(run)
+    if not runs:
+        raise ValueError(f"{label}: no capture to compare")
+    return [r if isinstance(r, Side) else summarize(r, label if len(runs) == 1 else f"{label}#{i + 1}", sections)
+            for i, r in enumerate(runs)]
+
+
+def side_label(captures: list[Side]) -> str:
+    if len(captures) == 1:
+        return captures[0].label
+    return f"{captures[0].label} … {captures[-1].label} ({len(captures)} captures)"
+
+
+def coverage(base: list[Side], cand: list[Side]) -> pl.DataFrame:
     """Per rank (and null: all ranks), the factor that scales the candidate's totals to the baseline's step count
-    (1 unless both sides hold steps and their counts differ)."""
-    if result(base, "steps") is None or result(cand, "steps") is None:
+    (1 unless both sides hold steps and their counts differ; several captures: their mean step counts)."""
+    if any(result(s, "steps") is None for s in base + cand):
         return pl.DataFrame(schema={"rank": pl.Int32, "scale": pl.Float64})
-    counts = [step_counts_of(s.results["steps"]) for s in (base, cand)]
+    counts = [pl.concat([step_counts_of(s.results["steps"]) for s in captures])
+              .group_by("rank", maintain_order=True).agg(pl.col("steps").mean()) for captures in (base, cand)]
     return (counts[0].join(counts[1], on="rank", nulls_equal=True, suffix="_cand")
             .select("rank", scale=pl.col("steps") / pl.col("steps_cand")))
 
 
-def compare_section(con, section: Section, sides: dict[str, Side], warmup: dict[str, tuple[int, ...]],
+def compare_section(con, section: Section, sides: dict[str, list[Side]], warmup: dict[str, list[tuple[int, ...]]],
                     settings: Settings) -> pl.DataFrame:
-    for name, side in sides.items():
-        frame = section.measures(con, side, section, warmup[name])
+    for name, captures in sides.items():
+        frames = [section.measures(con, side, section, left_out) for side, left_out in zip(captures, warmup[name])]
+        frame = frames[0] if len(frames) == 1 else pooled_captures(section, frames)
         con.register(f"{name}_measures", frame.with_columns(pl.col("key").cast(section.key_type)))
     con.register("metric_specs", pl.DataFrame(
         [(m.name, m.direction, m.aggregation, m.abs_floor) for m in section.metrics], orient="row",
@@ -145,12 +177,32 @@ def compare_section(con, section: Section, sides: dict[str, Side], warmup: dict[
     return mark_deciders(section, judged(matched, settings))
 
 
+def pooled_captures(section: Section, frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """One side's measures from several captures: the value is the mean over captures (a key absent from a capture
+    counts 0 there for sums), and `samples` holds one block value per capture: the median of its steady steps'
+    values, or its value over the trace where it has no per-step values (tracekit/diff/blocks.py)."""
+    sums = [m.name for m in section.metrics if m.aggregation == "sum"]
+    blocks = (pl.concat(frames)
+              .with_columns(block=pl.coalesce(pl.col("samples").list.drop_nulls().list.median(), "value"))
+              .group_by("key", "rank", "metric", maintain_order=True)
+              .agg(total=pl.col("value").sum(), mean=pl.col("value").mean(), present=pl.len(), samples=pl.col("block")))
+    absent = len(frames) - pl.col("present")
+    summed = pl.col("metric").is_in(sums)
+    return blocks.select(
+        "key", "rank", "metric",
+        value=pl.when(summed).then(pl.col("total") / len(frames)).otherwise("mean"),
+        samples=pl.when(summed & (absent > 0))
+        .then(pl.concat_list("samples", pl.lit(0.0).repeat_by(absent))).otherwise("samples"))
+
+
 def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
-    """The matched measures with the per-step shift, its confidence interval, the rank test's p-value and the
-    verdict (tracekit/verdicts.py); the floor is floor_percent of the larger per-step median, at least abs_floor."""
+    """The matched measures with the shift, its confidence interval, the test's p-value and the verdict: per step
+    (verdicts.shift_tests) with one capture a side, per capture (blocks.capture_tests) with several; the floor is
+    floor_percent of the larger per-step (per-capture) median, at least abs_floor."""
     # A step without a value (a collective of unknown size has no bandwidth) is no sample.
     matched = matched.with_columns(pl.col("base_samples", "cand_samples").list.drop_nulls())
-    stats = verdicts.shift_tests(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
+    test = verdicts.shift_tests if settings.method == STEPS else capture_tests
+    stats = test(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
     floor = pl.max_horizontal(settings.floor_percent / 100 * pl.max_horizontal(
         pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs()), pl.col("abs_floor"))
     return (pl.concat([matched, stats], how="horizontal")
@@ -184,7 +236,8 @@ def long_form(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
     return compared.select(
         section=pl.lit(section.name), item=item, rank=pl.col("rank").cast(pl.Int32), metric="metric",
         base="base", cand="cand", delta="delta", percent_delta="percent_delta", effect="effect", ci_low="ci_low",
-        ci_high="ci_high", p_value="p_value", level="level", n_base="n_base", n_cand="n_cand", verdict="verdict",
+        ci_high="ci_high", p_value="p_value", level="level", coverage="coverage", n_base="n_base", n_cand="n_cand",
+        verdict="verdict",
         decides="decides", to_ms=pl.col("metric").replace_strict(to_ms, default=None, return_dtype=pl.Float64))
 
 
@@ -205,12 +258,12 @@ def wide_columns(section: Section) -> dict[str, pl.DataType]:
     return columns
 
 
-def attributes(section: Section, base: Side, cand: Side) -> pl.DataFrame | None:
-    """The section's descriptive columns per key, from the candidate where it has the key, else the baseline."""
+def attributes(section: Section, captures: list[Side]) -> pl.DataFrame | None:
+    """The section's descriptive columns per key, from the first capture that has the key (candidates first)."""
     if not section.attributes:
         return None
     frames = [(merged_step_ops(f) if "name" in section.keys else f).select(*section.keys, *section.attributes)
-              for f in (result(cand, section.source), result(base, section.source)) if f is not None]
+              for f in (result(side, section.source) for side in captures) if f is not None]
     if not frames:
         return None
     return pl.concat(frames).unique(section.keys, keep="first", maintain_order=True).cast(section.key_types)
@@ -239,12 +292,15 @@ def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | No
             .select(pl.col(c).cast(t) for c, t in columns.items()))
 
 
-def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...]:
+def diff_notes(base: list[Side], cand: list[Side], measures: pl.DataFrame) -> tuple[str, ...]:
     notes = []
-    for name, reason in {**cand.failures, **base.failures}.items():
-        notes.append(f"not compared: analysis {name} gave nothing ({reason})")
-    if step_basis(base) != step_basis(cand):
-        notes.append(f"step time is the {step_basis(base)} on {base.label} but the {step_basis(cand)} on {cand.label}")
+    for side in cand + base:
+        for name, reason in side.failures.items():
+            notes.append(f"not compared on {side.label}: analysis {name} gave nothing ({reason})")
+    notes = list(dict.fromkeys(notes))
+    if step_basis(base[0]) != step_basis(cand[0]):
+        notes.append(f"step time is the {step_basis(base[0])} on {base[0].label} but the {step_basis(cand[0])} on "
+                     f"{cand[0].label}")
     kernels = measures.filter((pl.col("section") == "kernels") & (pl.col("metric") == "total_us")
                               & pl.col("rank").is_null())
     total = kernels.select(pl.col("base").fill_null(0).sum() + pl.col("cand").fill_null(0).sum()).item()
@@ -254,5 +310,3 @@ def diff_notes(base: Side, cand: Side, measures: pl.DataFrame) -> tuple[str, ...
         notes.append(f"kernel names mostly differ between the runs ({100 * (matched or 0) / total:.0f}% of kernel time "
                      "on names found on both sides): compare ops and categories, not kernels")
     return tuple(notes)
-
-

@@ -155,6 +155,35 @@ def op_rate_measures(con, side: Side, section: Section, warmup: tuple[int, ...])
     return pl.concat([sums, rate.select(sums.columns).cast(sums.schema)])
 
 
+def collective_role_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
+    """Count and time of collectives per (collective, process-group role): comparable between runs of different
+    world sizes or devices, where message sizes and group sizes differ. The role is the process group's description
+    where the trace gives one, else `world` (the group spans the world size) or `subgroup`. All ranks: the mean
+    per rank (a run on 8 ranks against one on 2 compares what one rank spends), per step likewise."""
+    calls = result(side, "collectives")
+    if calls is None:
+        return empty_measures(section)
+    world = side.run_info["world_size"].drop_nulls().max() or calls["rank"].n_unique()
+    ranks = calls["rank"].n_unique()
+
+    def per_key(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame:
+        described = pl.col("process_group_desc").is_not_null() & ~pl.col("process_group_desc").is_in(["", "undefined"])
+        return (frame.with_columns(role=pl.when(described).then(pl.col("process_group_desc"))
+                                   .when(pl.col("group_size") == world).then(pl.lit("world"))
+                                   .otherwise(pl.lit("subgroup")))
+                .group_by(*index, *section.keys, maintain_order=True)
+                .agg(count=pl.len(), time_us=pl.col("duration_us").sum()))
+
+    per_step = side.per_step.get("collectives")
+    sums = additive_measures(con, section, per_key(calls, ["rank"]),
+                             per_key(per_step, ["rank", "step"]) if per_step is not None else None,
+                             steady(side.steps, warmup))
+    all_ranks = pl.col("rank").is_null()
+    return sums.with_columns(value=pl.when(all_ranks).then(pl.col("value") / ranks).otherwise("value"),
+                             samples=pl.when(all_ranks).then(pl.col("samples").list.eval(pl.element() / ranks))
+                             .otherwise("samples"))
+
+
 def timeline_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
     """GPU time per category (gpu_timeline), with its per-step values from `steps`."""
     totals, steps = result(side, "gpu_timeline"), result(side, "steps")
@@ -201,9 +230,9 @@ def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None, warm
 
 
 def step_time_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
-    """Median step time per rank and for all ranks (per step, the slowest rank), over every step, with the steady
-    steps' durations as per-step values. Without steps, the GPU timeline's total time (whole trace, no per-step
-    values)."""
+    """Median step time per rank and for all ranks (per step, the slowest rank) over the steady steps (all steps
+    where none is), with the steady steps' durations as per-step values. Without steps, the GPU timeline's total
+    time (whole trace, no per-step values)."""
     steps = result(side, "steps")
     if steps is not None:
         overall = (steps.group_by("step", maintain_order=True).agg(pl.col("duration_ms").max())
@@ -211,8 +240,10 @@ def step_time_measures(con, side: Side, section: Section, warmup: tuple[int, ...
         frame = (pl.concat([steps.select(pl.col("rank").cast(pl.Int32), "step", "duration_ms"),
                             overall.select("rank", "step", "duration_ms")])
                  .sort("step").group_by("rank", maintain_order=True)
-                 .agg(value=pl.col("duration_ms").median(),
-                      samples=pl.col("duration_ms").filter(~pl.col("step").is_in(warmup)).cast(pl.Float64)))
+                 .agg(all_steps=pl.col("duration_ms").median(),
+                      samples=pl.col("duration_ms").filter(~pl.col("step").is_in(warmup)).cast(pl.Float64))
+                 # the median of the steps the verdict compares (the steady ones, as the report's Overview)
+                 .with_columns(value=pl.coalesce(pl.col("samples").list.median(), "all_steps")))
     else:
         timeline = result(side, "gpu_timeline")
         if timeline is None:

@@ -19,6 +19,7 @@ from tracekit.diff.measures import (
     TIMELINE_STEP_COLUMNS,
     analysis_measures,
     collective_measures,
+    collective_role_measures,
     critical_path_measures,
     op_rate_measures,
     phase_measures,
@@ -122,6 +123,10 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
             (COUNT, sum_us("time_us", "time"), Metric("busbw_gbps", -1, "mean", 0.1, "busbw")),
             ("time_us", "busbw_gbps"), True, per_step_source="collectives", measures=collective_measures,
             top_changes="yes"),
+    # Comparable across world sizes and devices (mismatch.py): all-ranks values are the mean per rank.
+    Section("collective_roles", "collectives", {"collective": pl.String, "role": pl.String},
+            (COUNT, sum_us("time_us", "time")), ("time_us",), True, per_step_source="collectives",
+            measures=collective_role_measures),
     Section("critical_path", "critical_path_summary", {"category": pl.String}, (sum_ms("time_ms", "time"),),
             ("time_ms",), True, measures=critical_path_measures),
 )}

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 STEP_SCHEMA = {"rank": pl.Int32, "step": pl.Int64}
+# What a run is (mismatch.py compares the two sides'): per rank, its device, world size and PyTorch version.
+RUN_INFO_SCHEMA = {"rank": pl.Int32, "device_name": pl.String, "world_size": pl.Int64, "pytorch_version": pl.String}
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class Side:
     per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
     steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA))
     failures: dict[str, str] = field(default_factory=dict)  # analysis → why it gave nothing (missing, failed)
+    run_info: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RUN_INFO_SCHEMA))
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class SidePart:
     per_step: dict[str, pl.DataFrame] = field(default_factory=dict)
     steps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_SCHEMA))
     failures: dict[str, str] = field(default_factory=dict)
+    run_info: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RUN_INFO_SCHEMA))
 
 
 def result(side: Side, name: str) -> pl.DataFrame | None:
@@ -41,18 +45,23 @@ def result(side: Side, name: str) -> pl.DataFrame | None:
     return frame if frame is not None and frame.height else None
 
 
-def warmup_steps_of(side: Side, count: int) -> tuple[int, ...]:
-    """Step numbers left out of the verdicts: the first `count` steps of each rank, and of each serving phase
-    (prefill, decode, mixed) where the steps are a serving engine's iterations (a step that is a warm-up on one
-    rank is left out on all, so the all-ranks values per step add up the same steps)."""
+def left_out_steps(side: Side, count: int) -> tuple[int, ...]:
+    """Step numbers left out of the verdicts: the steps that are not steady by the report's rule (`steady` of the
+    `steps` analysis: queries/lib/steps.sql), and the first `count` steps of each rank and, where the steps are a
+    serving engine's iterations, of each phase (`--warmup-steps`). A step left out on one rank is left out on all,
+    so the all-ranks values per step add up the same steps."""
     frames = [side.steps] + ([side.results["steps"].select(*STEP_SCHEMA)] if result(side, "steps") is not None else [])
     steps = pl.concat([f.cast(STEP_SCHEMA) for f in frames]).unique()
     phases = (side.results["steps"].select(*STEP_SCHEMA, "phase").cast(STEP_SCHEMA)
               if result(side, "steps") is not None and "phase" in side.results["steps"].columns
               else steps.with_columns(phase=pl.lit(None, pl.String)))
     steps = steps.join(phases, on=["rank", "step"], how="left")
-    first = steps.sort("rank", "step").group_by("rank", "phase", maintain_order=True).head(count)
-    return tuple(sorted(set(first["step"].to_list()))) if count > 0 else ()
+    first = (steps.sort("rank", "step").group_by("rank", "phase", maintain_order=True).head(count) if count > 0
+             else steps.clear())
+    unsteady = []
+    if result(side, "steps") is not None and "steady" in side.results["steps"].columns:
+        unsteady = side.results["steps"].filter(~pl.col("steady").fill_null(True))["step"].to_list()
+    return tuple(sorted(set(first["step"].to_list()) | set(unsteady)))
 
 
 def steady(frame: pl.DataFrame, warmup: tuple[int, ...]) -> pl.DataFrame:

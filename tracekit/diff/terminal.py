@@ -6,12 +6,12 @@ from __future__ import annotations
 import polars as pl
 
 from tracekit.diff import verdicts
-from tracekit.diff.comparison import EFFECT_COLUMNS, DiffResult
+from tracekit.diff.comparison import CAPTURES, EFFECT_COLUMNS, TEST_NAMES, DiffResult
 from tracekit.diff.measures import TIMELINE_STEP_COLUMNS
 from tracekit.diff.sections import Section, top_change_sections
 
-VERDICT_STYLES = {"slower": "red", "faster": "green", "added": "yellow", "removed": "cyan", "unchanged": "dim",
-                  verdicts.NOT_ENOUGH: "magenta"}
+VERDICT_STYLES = {"slower": "red", "faster": "green", "added": "yellow", "removed": "cyan", verdicts.NO_CHANGE: "dim",
+                  verdicts.INCONCLUSIVE: "magenta", verdicts.NOT_ENOUGH: "magenta"}
 
 
 def styled(verdict: str | None) -> str:
@@ -30,13 +30,17 @@ def interval_text(row: dict, unit: str = "_ms") -> str:
     return f"{effect:+,.3f}" + ("" if low is None else f" [{low:+,.3f}, {high:+,.3f}]")
 
 
-def shift_text(head: dict) -> str:
-    """The headline's per-step comparison: shift, CI at its exact level, p-value and steps compared."""
-    steps = f"{head['n_base'] or 0} vs {head['n_cand'] or 0} steps"
+def shift_text(head: dict, result: DiffResult) -> str:
+    """The headline's comparison: shift per step (one capture a side) or per capture, its CI at the level asked
+    for, the p-value and what was compared."""
+    per_capture = result.settings.method == CAPTURES
+    unit = "captures" if per_capture else "steps"
+    compared = f"{head['n_base'] or 0} vs {head['n_cand'] or 0} {unit}"
     if head["ci_low"] is None:
-        return f"per step: no interval at this level ({steps})"
-    return (f"per step {signed(head['effect'])} ms, {100 * head['level']:.1f}% CI [{signed(head['ci_low'])}, "
-            f"{signed(head['ci_high'])}] (p={head['p_value']:.2g}, {steps})")
+        return f"no interval at this level ({compared})"
+    return (f"{'per-capture median' if per_capture else 'per step'} {signed(head['effect'])} ms, "
+            f"{result.settings.level_text} [{signed(head['ci_low'])}, {signed(head['ci_high'])}] "
+            f"(p={head['p_value']:.2g}, {compared}, {TEST_NAMES[result.settings.method]})")
 
 
 def metric_label(section: Section | None, metric: str) -> str:
@@ -72,9 +76,14 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
     else:
         values = " → ".join("-" if v is None else f"{v:,.2f} ms" for v in (head["base"], head["cand"]))
         console.print(f"step time (all ranks): {values}  Δ {signed(head['delta'])} ms "
-                      f"({signed(head['percent_delta'], 1, '%')})  {shift_text(head)}  {styled(head['verdict'])}")
+                      f"({signed(head['percent_delta'], 1, '%')})  {shift_text(head, result)}  "
+                      f"{styled(head['verdict'])}")
+        if result.variance_note:
+            console.print(f"  {result.variance_note}")
+    for line in result.mismatches:
+        console.print(f"[bold yellow]runs differ:[/] {escape(line)}")
     if result.warmup_text():
-        console.print(f"warm-up steps left out of the verdicts: {result.warmup_text()} (--warmup-steps 0 keeps them)")
+        console.print(f"steps left out of the verdicts (not steady, or --warmup-steps): {result.warmup_text()}")
     gpu_time = gpu_time_text(result, result.described_by["gpu_timeline"])
     if gpu_time:
         console.print("GPU time (all ranks): " + gpu_time)
@@ -85,7 +94,8 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
     else:
         table = Table(title=f"top changes ({', '.join(sections)}; all ranks)", title_justify="left", box=box.SIMPLE)
         table.add_column("item", overflow="fold", ratio=1)
-        for name in ("base → cand ms", "Δ ms (Δ %)", "per step Δ ms [CI]"):
+        shift = "per capture" if result.settings.method == CAPTURES else "per step"
+        for name in ("base → cand ms", "Δ ms (Δ %)", f"{shift} Δ ms [{100 * (1 - result.settings.alpha):g}% CI]"):
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("verdict", no_wrap=True)
         for r in changes.iter_rows(named=True):

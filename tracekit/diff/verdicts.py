@@ -28,8 +28,10 @@ import polars as pl
 
 EXACT_MAX_STEPS = 50
 NOT_ENOUGH = "not enough steps to say"
+NO_CHANGE = "no change"  # the interval lies within the practical floor
+INCONCLUSIVE = "inconclusive"  # the interval reaches zero (or the shift is under the floor) but not within the floor
 STAT_SCHEMA = {"n_base": pl.Int64, "n_cand": pl.Int64, "effect": pl.Float64, "ci_low": pl.Float64,
-               "ci_high": pl.Float64, "p_value": pl.Float64, "level": pl.Float64}
+               "ci_high": pl.Float64, "p_value": pl.Float64, "level": pl.Float64, "coverage": pl.Float64}
 
 
 @lru_cache(maxsize=None)
@@ -77,8 +79,9 @@ def interval_level(m: int, n: int, c: int) -> float:
 
 def shift_tests(base: list[list[float] | None], cand: list[list[float] | None], alpha: float) -> pl.DataFrame:
     """Per pair of samples: n_base, n_cand, effect (Hodges–Lehmann shift cand − base), ci_low, ci_high (null when
-    there are not enough steps for level 1 − alpha), p_value (two-sided, exact for small samples) and level (the
-    interval's exact coverage). Pairs of the same sizes are computed together."""
+    there are not enough steps for level 1 − alpha), p_value (two-sided, exact for small samples), level (1 − alpha,
+    the level asked for) and coverage (the interval's exact coverage, ≥ level: U is discrete). Pairs of the same
+    sizes are computed together."""
     sizes = [(len(b or ()), len(c or ())) for b, c in zip(base, cand)]
     rows: list[dict | None] = [None] * len(sizes)
     groups: dict[tuple[int, int], list[int]] = {}
@@ -101,20 +104,23 @@ def shift_tests(base: list[list[float] | None], cand: list[list[float] | None], 
             rows[i] = {"n_base": n, "n_cand": m, "effect": float(effect[j]), "p_value": float(p_value[j]),
                        "ci_low": float(diffs[j, c - 1]) if c >= 1 else None,
                        "ci_high": float(diffs[j, n * m - c]) if c >= 1 else None,
-                       "level": level if c >= 1 else None}
+                       "level": 1 - alpha if c >= 1 else None, "coverage": level if c >= 1 else None}
     return pl.DataFrame(rows, schema=STAT_SCHEMA)
 
 
 def verdict(direction: pl.Expr, floor: pl.Expr) -> pl.Expr:
     """slower / faster when the CI of the shift excludes 0 and the shift exceeds `floor` (a practical minimum, in the
-    measure's unit); unchanged otherwise; not enough steps to say without a CI. Keys on one side only are added /
-    removed; measures with no better direction (direction 0, counts) get none. Expects the columns of `shift_tests`
-    beside base and cand."""
+    measure's unit); no change when the whole CI lies within ±floor; inconclusive otherwise (the CI reaches 0, or a
+    shift under the floor whose CI reaches beyond it); not enough steps to say without a CI. Keys on one side only
+    are added / removed; measures with no better direction (direction 0, counts) get none. Expects the columns of
+    `shift_tests` (or blocks.capture_tests) beside base and cand."""
     called = ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)) & (pl.col("effect").abs() > floor)
+    within = (pl.col("ci_low") >= -floor) & (pl.col("ci_high") <= floor)
     return (pl.when(pl.col("base").is_null()).then(pl.lit("added"))
             .when(pl.col("cand").is_null()).then(pl.lit("removed"))
             .when(direction == 0).then(pl.lit(None, pl.String))
             .when(pl.col("ci_low").is_null()).then(pl.lit(NOT_ENOUGH))
             .when(called & (pl.col("effect") * direction > 0)).then(pl.lit("slower"))
             .when(called).then(pl.lit("faster"))
-            .otherwise(pl.lit("unchanged")))
+            .when(within).then(pl.lit(NO_CHANGE))
+            .otherwise(pl.lit(INCONCLUSIVE)))

@@ -225,6 +225,28 @@ def _accelerator_labels(processes: pa.Table) -> dict[tuple[int, str], str]:
     return out
 
 
+# Keys under which traces record the PyTorch version (top level, or nested in the trace's metadata objects).
+VERSION_KEYS = ("pytorch_version", "torch_version", "PyTorch version", "pytorch version")
+
+
+def pytorch_version(metadata: str | None) -> str | None:
+    """The first VERSION_KEYS value in a `ranks.trace_metadata` JSON text (breadth first); None when it has none."""
+    try:
+        queue = [msgspec.json.decode(metadata)] if metadata else []
+    except msgspec.DecodeError:
+        return None
+    while queue:
+        node = queue.pop(0)
+        if isinstance(node, dict):
+            for key in VERSION_KEYS:
+                if isinstance(node.get(key), (str, int, float)) and not isinstance(node.get(key), bool):
+                    return str(node[key])
+            queue += [v for v in node.values() if isinstance(v, (dict, list))]
+        elif isinstance(node, list):
+            queue += [v for v in node if isinstance(v, (dict, list))]
+    return None
+
+
 def _device_name(devices, device: int | None) -> str | None:
     if not isinstance(devices, list):
         return None

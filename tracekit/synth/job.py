@@ -133,11 +133,20 @@ class SynthConfig:
     scale: float = 1.0  # multiplies the number of layers, hence of ops per step
     noise: float = 0.0  # sigma of the log-normal jitter applied to every duration
     noise_seed: int = 0  # with the same seed, a different capture of the same job
+    drift: float = 0.0  # sigma of a log-normal factor drawn once per capture (noise_seed): run-to-run drift
     slow_kernels: dict[str, float] = field(default_factory=dict)  # kernel name substring → duration factor
     queued_kernels: int = 0  # kernels queued before the profiling window (no launch call in the trace)
     expert_parallel: bool = False  # each forward layer also runs a DeepEP exchange and a custom all-reduce
     merged: bool = False
     gzip: bool = False
+
+    @property
+    def drift_factor(self) -> float:
+        """The capture's factor on every duration (1 without drift): the same on every rank of the capture, another
+        with another noise_seed; how much a whole run is slower or faster than another run of the same job."""
+        if not self.drift:
+            return 1.0
+        return random.Random(f"{self.seed}:{self.noise_seed}:drift").lognormvariate(0.0, self.drift)
 
     def check(self) -> None:
         if self.ranks < 1 or self.steps < 1:
@@ -146,6 +155,8 @@ class SynthConfig:
             raise InputError(f"--scale {self.scale}: must be positive")
         if self.noise < 0:
             raise InputError(f"--noise {self.noise}: must be zero or positive")
+        if self.drift < 0:
+            raise InputError(f"--drift {self.drift}: must be zero or positive")
         if self.queued_kernels < 0:
             raise InputError(f"--queued-kernels {self.queued_kernels}: must be zero or positive")
         for name, factor in self.slow_kernels.items():

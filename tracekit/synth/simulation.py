@@ -75,6 +75,7 @@ class RankSim:
         self.host_rng = random.Random(f"{config.seed}:{rank}:host")
         self.noise_rng = random.Random(f"{config.seed}:{config.noise_seed}:{rank}:noise")
         self.noise = config.noise
+        self.drift = config.drift_factor
         self.host: list[dict] = []  # host events and flow starts
         self.gpu: list[dict] = []  # GPU events and flow ends
         self.tid = self.main_tid
@@ -107,9 +108,10 @@ class RankSim:
 
     def jitter(self, ns: int) -> int:
         """A duration (a positive int) with the capture's noise applied; at least 1 ns so nesting stays strict."""
-        if not self.noise:
+        if not self.noise and self.drift == 1.0:
             return ns
-        return max(1, round(ns * self.noise_rng.lognormvariate(0.0, self.noise)))
+        factor = self.drift * (self.noise_rng.lognormvariate(0.0, self.noise) if self.noise else 1.0)
+        return max(1, round(ns * factor))
 
     def slow_factor(self, name: str) -> float:
         factor = self.slow_factor_of.get(name)
@@ -487,6 +489,7 @@ def simulate(config: SynthConfig) -> list[RankSim]:
         transfer = c.transfer_ns(config.ranks) * sims[0].slow_factor(c.kernel)
         if config.noise:
             transfer *= comm_noise.lognormvariate(0.0, config.noise)
+        transfer *= config.drift_factor
         end = max(ready for _, ready in arrivals) + max(1, round(transfer))
         arrivals = [send(p, end) for p in programs]
     assert all(a is None for a in arrivals), "ranks diverged"

@@ -130,14 +130,14 @@ def previous_outputs(out_dir: Path) -> list[str]:
 
 
 def generate(out_dir: str | Path, ranks: int = 2, steps: int = 4, seed: int = 0, *, scale: float = 1.0,
-             noise: float = 0.0, noise_seed: int = 0, slow_kernels: dict[str, float] | None = None,
+             noise: float = 0.0, noise_seed: int = 0, drift: float = 0.0, slow_kernels: dict[str, float] | None = None,
              queued_kernels: int = 0, merged: bool = False, gzip: bool = False,
              expert_parallel: bool = False) -> list[Path]:
     """Write `rank{r}.json` (`.json.gz` with gzip) per rank, `merged/merged.json` with `merged`, and
     `ground_truth.json`, into out_dir. Returns the trace files written (rank files first)."""
     config = SynthConfig(ranks=ranks, steps=steps, seed=seed, scale=scale, noise=noise, noise_seed=noise_seed,
-                         slow_kernels=dict(slow_kernels or {}), queued_kernels=queued_kernels, merged=merged, gzip=gzip,
-                         expert_parallel=expert_parallel)
+                         drift=drift, slow_kernels=dict(slow_kernels or {}), queued_kernels=queued_kernels,
+                         merged=merged, gzip=gzip, expert_parallel=expert_parallel)
     return write(synthesize(config), Path(out_dir))
 
 
