@@ -1,8 +1,8 @@
 -- question: Which entries could tracekit not use or link (the first 100 of each reason, per rank)?
--- inputs: diagnostics, ranks
+-- inputs: diagnostics, ranks, analysis_notes
 -- columns:
 --   rank: rank (a note about no rank in particular, e.g. a file-level one, is listed for the ranks read from its file)
---   stage: stage that wrote the note
+--   stage: stage that wrote the note (query: analysis_notes)
 --   reason: short machine-readable reason
 --   source_file: file concerned
 --   position: position in the file's traceEvents (null for file-level notes)
@@ -16,6 +16,8 @@ with notes as (
     from diagnostics d
     join ranks r on d.rank = r.rank
     or (d.rank is null or d.rank not in (select rank from ranks)) and d.source_file = r.source_file
+    union all by name
+    select * from analysis_notes
 )
 select rank, stage, reason, source_file, position, dropped, detail, raw
 from notes

@@ -1,5 +1,5 @@
 -- question: What is each rank: its trace file, device, job, time span, steps, and how much tracekit could not use?
--- inputs: ranks, events, diagnostics, step_stats
+-- inputs: ranks, events, diagnostics, step_stats, analysis_notes
 -- columns:
 --   rank: rank
 --   source_file: path of the trace file the rank was read from
@@ -14,7 +14,8 @@
 --   step_max_ms: ms, longest step
 --   events: complete events read
 --   gpu_ops: kernels, memcpys and memsets
---   diagnostics: diagnostics rows that concern the rank (a file-level note counts for the ranks read from its file)
+--   diagnostics: diagnostics rows that concern the rank (a file-level note counts for the ranks read from its file),
+--     and the analyses' notes about it (analysis_notes)
 -- notes: step figures come from step_stats (metric duration_ms).
 with per_rank as (
     select rank,
@@ -37,12 +38,17 @@ notes as (
     left join diagnostics d on d.rank = r.rank
         or (d.rank is null or d.rank not in (select rank from ranks)) and d.source_file = r.source_file
     group by r.rank
+),
+query_notes as (
+    select rank, count(*) as diagnostics from analysis_notes group by rank
 )
 select r.rank, r.source_file, r.device_name, e.device_type, r.world_size, r.backend, e.span_ms,
        s.steps, s.step_median_ms, s.step_min_ms, s.step_max_ms,
-       coalesce(e.events, 0) as events, coalesce(e.gpu_ops, 0) as gpu_ops, n.diagnostics
+       coalesce(e.events, 0) as events, coalesce(e.gpu_ops, 0) as gpu_ops,
+       n.diagnostics + coalesce(q.diagnostics, 0) as diagnostics
 from ranks r
 left join per_rank e using (rank)
 left join step_durations s using (rank)
 left join notes n using (rank)
+left join query_notes q using (rank)
 order by r.rank
