@@ -13,5 +13,5 @@ union
 select distinct gpu_timeline_category(name, kind) from events
 where $selector = 'category' and kind in ('kernel', 'memcpy', 'memset')
 union
-select distinct op_category(name, false) from events
+select distinct op_category(name) from events
 where $selector = 'category' and kind = 'cpu_op'

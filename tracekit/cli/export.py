@@ -38,8 +38,12 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank):
     count = len(written.paths)
     stdout.print(f"wrote {count} Chakra ET file{'s' * (count != 1)} to {out_dir} "
                  f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
+    for group in written.groups.iter_rows(named=True):
+        stdout.print(f"process group {group['process_group']!r} → pg_name {group['group_id']} "
+                     f"({len(group['npus'])} NPUs{', inferred from the ranks that use it' * (group['members_from'] == 'export')})")
+    stdout.print(f"communicator groups: {written.groups_path} (ASTRA-sim --comm-group-configuration)")
     for fallback, nodes in written.inferred.items():  # the nodes say so too, in their tracekit_inferred attribute
-        stdout.print(f"inferred on {nodes:,} communication node{'s' * (nodes != 1)}: {fallback}")
+        stdout.print(f"inferred on {nodes:,} node{'s' * (nodes != 1)}: {fallback}")
 
 
 @click.command(name="timeline")
