@@ -166,7 +166,9 @@ DIAGNOSTICS = Table(
         _col("rank", I32, "", "Rank concerned (null when not known)."),
         _col("source_file", STR, "", "File concerned."),
         _col("position", I64, "", "Position in `traceEvents` (null for file-level notes); equals `events.id` for events."),
-        _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et."),
+        _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et; export for the notes a Chakra "
+             "export returns (`write_chakra(...).diagnostics`, reason chakra_fallback: one per fallback a node "
+             "rests on)."),
         _col("reason", STR, "", "Short machine-readable reason (e.g. unknown_phase, bad_timestamp, bad_duration, "
              "duplicate_entry, truncated, no_launcher; README, Damaged and unusual traces)."),
         _col("detail", STR, "", "Human-readable explanation."),

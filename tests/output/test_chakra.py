@@ -230,6 +230,7 @@ def test_command(et_def, tmp_path):
                                        "--prefix", "run"])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run.0.et", "run.1.et", "run.comm_groups.json"]
+    assert f"communicator groups: {tmp_path / 'out' / 'run.comm_groups.json'}" in result.output
     result = CliRunner().invoke(main, ["export", "chakra", str(tmp_path / "in"), "-o", str(tmp_path / "x"),
                                        "--prefix", "a/b"])
     assert result.exit_code == 2 and "prefix" in result.output
@@ -317,6 +318,12 @@ def test_process_groups_are_ids_from_1_with_their_file(et_def, tmp_path):
     names = [attrs(n)["pg_name"] for n in comm_nodes(et_def, nodes)]
     assert set(names) <= {"", *groups} and all(int(k) >= 1 for k in groups)
     assert names.count("1") > 0 and names.count("") == 5  # the 5 ncclDevKernel_Generic kernels without args
+    # every fallback a node carries is a diagnostics row of the export, and no other
+    carried = {(n.id, part) for n in nodes for part in attrs(n).get("tracekit_inferred", "").split("; ") if part}
+    notes = pl.from_arrow(exported.diagnostics)
+    assert set(notes.columns) >= {"rank", "position", "stage", "reason", "detail", "dropped"}
+    assert set(notes.select("position", "detail").iter_rows()) == carried and len(carried) == notes.height
+    assert set(notes["stage"]) == {"export"} and not notes["dropped"].any()
 
 
 def test_compute_nodes_carry_the_op_model(et_def, tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.app import load_traces, main, stdout, user_errors
+from tracekit.cli.app import load_traces, main, peak_option, read_peak_option, stdout, user_errors
 from tracekit.output.files import refuse_input_dir
 
 
@@ -26,13 +26,15 @@ def export_group():
               help="Write every dependency as a data dependency (data_deps), for feeders that follow only those "
                    "(mlcommons' legacy ETFeeder); default: order and launch as ctrl_deps, tensors as data_deps.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
+@peak_option
 @user_errors
-def chakra_command(traces, out_dir, prefix, data_deps, rank):
+def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
     """Write Chakra execution traces (schema 0.0.4) of TRACES, one file per rank, for ASTRA-sim and other
     simulators."""
     from tracekit.output.chakra import write_chakra
     refuse_input_dir(out_dir, traces)
-    tables = load_traces(traces, rank)
+    peak_table = read_peak_option(peak_file)  # the fallback num_ops of compute nodes without an op model
+    tables = load_traces(traces, rank).with_peaks(peak_table)
     started = time.perf_counter()
     written = write_chakra(tables, out_dir, prefix, data_deps)
     count = len(written.paths)
@@ -42,8 +44,10 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank):
         stdout.print(f"process group {group['process_group']!r} → pg_name {group['group_id']} "
                      f"({len(group['npus'])} NPUs{', inferred from the ranks that use it' * (group['members_from'] == 'export')})")
     stdout.print(f"communicator groups: {written.groups_path} (ASTRA-sim --comm-group-configuration)")
-    for fallback, nodes in written.inferred.items():  # the nodes say so too, in their tracekit_inferred attribute
-        stdout.print(f"inferred on {nodes:,} node{'s' * (nodes != 1)}: {fallback}")
+    # the nodes say so too (tracekit_inferred), and write_chakra returns them as diagnostics rows
+    for fallback, nodes in written.inferred.items():
+        stdout.print(f"inferred on {nodes:,} node{'s' * (nodes != 1)} (diagnostics: export, chakra_fallback): "
+                     f"{fallback}")
 
 
 @click.command(name="timeline")

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 
+from tracekit import schema
 from tracekit.engine.catalog import connect, prepare, ready
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
@@ -134,18 +136,28 @@ class ChakraGraph:
     deps: pl.DataFrame
     groups: pl.DataFrame
 
-    def inferred(self) -> dict[str, int]:
-        """How many nodes rest on each fallback (the parts of chakra_nodes' `inferred`)."""
-        parts = self.nodes.select(pl.col("inferred").drop_nulls().str.split("; ").explode())
-        return dict(parts.group_by("inferred").len().sort("inferred").iter_rows())
+    def diagnostics(self) -> pa.Table:
+        """One diagnostics row (stage export, reason chakra_fallback, position = the node's event id) per fallback
+        a node rests on: the parts of chakra_nodes' `inferred`, which the node carries as `tracekit_inferred`."""
+        parts = (self.nodes.filter(pl.col("inferred").is_not_null())
+                 .select("rank", position="id", detail=pl.col("inferred").str.split("; "))
+                 .explode("detail")
+                 .with_columns(stage=pl.lit("export"), reason=pl.lit("chakra_fallback"), dropped=pl.lit(False)))
+        return schema.conform("diagnostics", parts.to_arrow())
 
 
 @dataclass(frozen=True)
 class ChakraExport:
     paths: list[Path]
-    inferred: dict[str, int]  # fallback → nodes that got it
+    diagnostics: pa.Table  # the fallbacks nodes rest on, in the diagnostics table's columns (ChakraGraph.diagnostics)
     groups_path: Path  # ASTRA-sim's --comm-group-configuration
     groups: pl.DataFrame  # group_id, process_group, npus, members_from
+
+    @property
+    def inferred(self) -> dict[str, int]:
+        """How many nodes rest on each fallback."""
+        notes = pl.from_arrow(self.diagnostics)
+        return dict(notes.group_by("detail").len().sort("detail").iter_rows())
 
 
 def chakra_graph(tables: TraceTables, data_deps: bool = False) -> ChakraGraph:
@@ -215,5 +227,5 @@ def write_chakra(tables: TraceTables, out_dir: str | Path, prefix: str = "tracek
     groups = groups_path(out_dir, prefix)
     with replacing_file(groups) as temp:
         temp.write_text(json.dumps({str(g["group_id"]): g["npus"] for g in graph.groups.iter_rows(named=True)}) + "\n")
-    return ChakraExport(paths, graph.inferred(), groups, graph.groups)
+    return ChakraExport(paths, graph.diagnostics(), groups, graph.groups)
 
