@@ -180,7 +180,8 @@ create or replace macro critical_path_segments(windows) as table
                if(s.thread_waited, s.tw_src_at_end, s.prev_sibling is not null) as next_at_end,
                case when s.thread_waited then s.tw_src_t when s.prev_sibling is not null then s.sibling_end
                     else s.parent_ts end as lower_ns,
-               s.parent as segment_event,
+               -- a hand-over's lag belongs to the waiting thread: the enclosing event, else the event resumed
+               if(s.thread_waited, coalesce(s.parent, s.id), s.parent) as segment_event,
                case when s.thread_waited then 'sync_wait'
                     when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
                s.thread_waited as inferred,
