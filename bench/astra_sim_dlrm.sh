@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build ASTRA-sim's analytical (congestion-unaware) backend from pinned sources, export the DLRM 8-rank trace set
-# as Chakra ET with tracekit, and simulate one step; optionally drive both Chakra feeders over the same files.
+# as Chakra ET with tracekit, and simulate one step (replay mode and roofline mode, with the export's
+# communicator-groups file); optionally drive both Chakra feeders over the same files.
 #
 # Nothing of ASTRA-sim or Chakra is kept in this repository: the script clones git repositories that are already
 # on this machine (MIRROR/OWNER+NAME/repo, the layout the project's fetch tool writes; any directory of clones

@@ -41,8 +41,9 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
     stdout.print(f"wrote {count} Chakra ET file{'s' * (count != 1)} to {out_dir} "
                  f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
     for group in written.groups.iter_rows(named=True):
+        inferred = ", inferred from the ranks that use it" if group["members_from"] == "export" else ""
         stdout.print(f"process group {group['process_group']!r} → pg_name {group['group_id']} "
-                     f"({len(group['npus'])} NPUs{', inferred from the ranks that use it' * (group['members_from'] == 'export')})")
+                     f"({len(group['npus'])} NPUs{inferred})")
     stdout.print(f"communicator groups: {written.groups_path} (ASTRA-sim --comm-group-configuration)")
     # the nodes say so too (tracekit_inferred), and write_chakra returns them as diagnostics rows
     for fallback, nodes in written.inferred.items():

@@ -6,8 +6,8 @@ each preceded by its length as a varint. The few messages are encoded here by ha
 fields), so writing needs no protobuf runtime; the tests decode the files with the .proto compiled by protoc.
 
 What becomes a node and what it depends on is SQL: queries/export/chakra_owners.sql, chakra_compute.sql (num_ops
-and tensor_size of GPU compute nodes, from the op_perf analysis), chakra_nodes.sql and chakra_deps.sql. This module runs them and
-writes the bytes. Dependencies are written as Chakra's two lists (ctrl_deps: order and launch; data_deps: tensors
+and tensor_size of GPU compute nodes, from the op_perf analysis), chakra_nodes.sql, chakra_deps.sql and
+chakra_groups.sql (the communicator groups file). This module runs them and writes the bytes. Dependencies are written as Chakra's two lists (ctrl_deps: order and launch; data_deps: tensors
 of an Execution Trace), or all as data_deps for feeders that follow only those (mlcommons' legacy ETFeeder).
 """
 
