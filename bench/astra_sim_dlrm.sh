@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build ASTRA-sim's analytical (congestion-unaware) backend from pinned sources, export the DLRM 8-rank trace set
-# as Chakra ET with tracekit, and simulate one step; optionally drive both Chakra feeders over the same files.
+# as Chakra ET with tracekit, and simulate one step (replay mode and roofline mode, with the export's
+# communicator-groups file); optionally drive both Chakra feeders over the same files.
 #
 # Nothing of ASTRA-sim or Chakra is kept in this repository: the script clones git repositories that are already
 # on this machine (MIRROR/OWNER+NAME/repo, the layout the project's fetch tool writes; any directory of clones
@@ -78,12 +79,21 @@ export_et() {
 
 simulate() {
   local bin=$SRC/build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Unaware
-  for system in system_replay system_roofline; do
-    echo "== $system: 8 ranks, ring of 8 (network8.yml)"
-    (cd "$WORK" && nice "$bin" --workload-configuration="$WORK/et/dlrm" --system-configuration="$CLIENTS/astra-run/$system.json" \
+  # Roofline at the V100 SXM2's fp32 peak and HBM bandwidth (queries/data/device_peaks.csv): the export's
+  # fallback for kernels without an op model (num_ops from the measured duration at that peak) then runs each such
+  # kernel for its measured duration. system_roofline.json of the clients (900 TFLOP/s, 1600 GB/s) runs too.
+  "$PYTHON" -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update({"peak-perf": 15.7, "local-mem-bw": 900})
+json.dump(c, open(sys.argv[2], "w"), indent=1)' "$CLIENTS/astra-run/system_roofline.json" "$WORK/system_roofline_v100.json"
+  for system in "$CLIENTS/astra-run/system_replay.json" "$CLIENTS/astra-run/system_roofline.json" \
+                "$WORK/system_roofline_v100.json"; do
+    local name
+    name=$(basename "$system" .json)
+    echo "== $name: 8 ranks, ring of 8 (network8.yml)"
+    (cd "$WORK" && nice "$bin" --workload-configuration="$WORK/et/dlrm" --system-configuration="$system" \
       --remote-memory-configuration="$CLIENTS/astra-run/mem.json" \
-      --network-configuration="$CLIENTS/astra-run/network8.yml" > "$WORK/$system.log" 2>&1) || true  # log/ lands in WORK
-    grep -E "finished|critical|error|what\(\)" "$WORK/$system.log" | sed 's/^\[[^]]*\] //' | head -20
+      --network-configuration="$CLIENTS/astra-run/network8.yml" \
+      --comm-group-configuration="$WORK/et/dlrm.comm_groups.json" > "$WORK/$name.log" 2>&1) || true  # log/ lands in WORK
+    grep -E "finished|critical|error|what\(\)" "$WORK/$name.log" | sed 's/^\[[^]]*\] //' | head -20
   done
 }
 

@@ -9,13 +9,13 @@
 --   event_id: events.id the segment's time belongs to (null: idle, or host time between top-level events)
 --   name: that event's name
 --   category: what the segment's time was: cpu (host work), sync_wait (a host call, or a stream, waiting after the
---     GPU op it waited for ended), launch (launch call end to its op's start), compute, communication, memcpy,
+--     GPU op it waited for ended; a host thread resuming after the other thread's point it waited for), launch (launch call end to its op's start), compute, communication, memcpy,
 --     memset (a GPU op running; GPU categories by gpu_timeline_category of lib/categories), kernel_to_kernel_gap
 --     (a stream between two ops), idle (nothing)
 --   carried_by: cpu or gpu: where the event owning the segment ran (null: idle)
 --   inferred: true for a sync_wait that follows an inferred edge (sync_inferred: a host call's wait;
---     stream_wait_inferred: a GPU op's wait for another stream): the path before it runs through the GPU op
---     inferred to have been waited for
+--     stream_wait_inferred: a GPU op's wait for another stream; thread_wait_inferred: a host thread's wait for
+--     another): the path before it runs through what was inferred to have been waited for
 --   start_ns: ns, segment start
 --   duration_us: µs, segment length
 --   end_ns: ns, segment end

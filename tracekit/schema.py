@@ -166,7 +166,9 @@ DIAGNOSTICS = Table(
         _col("rank", I32, "", "Rank concerned (null when not known)."),
         _col("source_file", STR, "", "File concerned."),
         _col("position", I64, "", "Position in `traceEvents` (null for file-level notes); equals `events.id` for events."),
-        _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et."),
+        _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et; export for the notes a Chakra "
+             "export returns (`write_chakra(...).diagnostics`, reason chakra_fallback: one per fallback a node "
+             "rests on)."),
         _col("reason", STR, "", "Short machine-readable reason (e.g. unknown_phase, bad_timestamp, bad_duration, "
              "duplicate_entry, truncated, no_launcher; README, Damaged and unusual traces)."),
         _col("detail", STR, "", "Human-readable explanation."),
@@ -183,13 +185,16 @@ EDGES = Table(
         RANK,
         _col("src", I64, "", "Source id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
         _col("dst", I64, "", "Destination id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
-        _col("kind", STR, "", "nest, launch, stream, sync, sync_inferred, stream_wait_inferred, flow, et_ctrl, et_data "
-             "(see `EDGE_KINDS`)."),
+        _col("kind", STR, "", "nest, launch, stream, sync, sync_inferred, stream_wait_inferred, "
+             "thread_wait_inferred, flow, et_ctrl, et_data (see `EDGE_KINDS`)."),
         _col("subkind", STR, "", "Refinement: for sync the sync kind; for sync_inferred the class of blocking call "
              "(stream_sync, device_sync, event_sync, memcpy, memset, launch_queue, allocator); for "
-             "stream_wait_inferred `cross_stream`; for launch `graph` when one call ran many kernels."),
+             "stream_wait_inferred `cross_stream`; for thread_wait_inferred the points joined (start_start, "
+             "start_end, end_start, end_end: src's point, then dst's); for launch `graph` when one call ran many "
+             "kernels."),
         _col("lag", I64, "ns", "dst.ts − src end for launch/stream/sync/flow edges (launch delay, stream gap, wait; "
-             "negative when a waiting call started before the awaited op ended)."),
+             "negative when a waiting call started before the awaited op ended); for thread_wait_inferred dst's "
+             "point − src's point (subkind)."),
     ),
 )
 
@@ -279,6 +284,10 @@ EDGE_KINDS = {
     "stream_wait_inferred": "Inferred: a GPU op on another stream → a GPU op that started just after it ended (at "
                             "most 25 µs), over 25 µs after its own stream and launch released it (an unrecorded "
                             "cross-stream event wait; docs/critical_path.md).",
+    "thread_wait_inferred": "Inferred: an event's start or end on one host thread → the cpu_op, annotation or Python "
+                            "function on another thread of the rank that started or ended (subkind) at most "
+                            "min(1 ms, gap/10) after it, its thread idle ≥ 1 ms (gap) until then: autograd "
+                            "hand-over and return, data-loader hand-over (docs/critical_path.md).",
     "flow": "Forward op → backward op, from `fwdbwd` flow endpoints.",
     "et_ctrl": "Execution Trace parent → child node.",
     "et_data": "Execution Trace node that wrote a tensor → a node that read it.",

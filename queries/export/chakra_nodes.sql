@@ -14,10 +14,13 @@
 --   comm_type: Chakra CollectiveCommType name of a COMM_COLL_NODE (null for other nodes)
 --   comm_size: bytes, what a communication node moves, as collectives.sql counts it (0 when the trace does not
 --     say; null for other nodes)
---   pg_name: process group name of a communication node ('' when the trace does not say: every rank)
---   num_ops: operations of a GEMM or convolution kernel (chakra_compute; null for other nodes)
---   tensor_size: bytes, the tensors that kernel reads and writes (chakra_compute; null for other nodes)
---   inferred: which of a communication node's attributes rest on a fallback, not the trace's args (null: none)
+--   pg_name: process group of a communication node as ASTRA-sim reads it: the group's id (chakra_groups: a
+--     number from 1) as text ('' when the trace does not say: every rank)
+--   process_group: the trace's process group name (null: not said, or not a communication node)
+--   num_ops: operations of a GPU compute node (chakra_compute: op_perf's model, else from the measured
+--     duration; null for other nodes)
+--   tensor_size: bytes, the tensors that node reads and writes (chakra_compute; null for other nodes)
+--   inferred: which of a node's attributes rest on a fallback, not the trace's args or shapes (null: none)
 --   ts: ns, start (epoch), for ordering
 --   end_ns: ns, end
 --   pid: pid as written (host ops)
@@ -44,6 +47,19 @@ gpu as materialized (
 ),
 comm as materialized (
     select rank, event_id, collective, bytes, process_group, args_source from collective_kernels()
+),
+-- ASTRA-sim reads pg_name as an integer id of its communicator groups, ids from 1 (it asserts id > 0). A numeric
+-- name N gets N + 1, the id ASTRA-sim's own reader of PyTorch's process-group metadata gives it; other names the
+-- ids after the largest, in name order. The same on every rank: the files are written together.
+group_names as (
+    select distinct process_group as name, try_cast(process_group as bigint) as number
+    from comm where process_group <> 'unknown'
+),
+group_ids as (
+    select name as group_name,
+           coalesce(number + 1, coalesce((select max(number) + 1 from group_names where number >= 0), 0)
+                    + row_number() over (partition by number >= 0 order by name)) as group_id
+    from (select name, if(number >= 0, number, null) as number from group_names)
 ),
 nodes as (
     select e.rank, e.id, e.name, true as is_cpu_op, e.ts, e.dur, e.pid, e.tid as thread, null::int as device,
@@ -77,15 +93,18 @@ select rank, id, name,
            end
        end as comm_type,
        case when is_comm then coalesce(bytes, 0) end as comm_size,
-       case when is_comm then if(process_group = 'unknown', '', process_group) end as pg_name,
+       case when is_comm then coalesce(gid.group_id::varchar, '') end as pg_name,
+       if(is_comm and process_group <> 'unknown', process_group, null) as process_group,
        k.num_ops, k.tensor_size,
        case when is_comm then nullif(concat_ws('; ',
            case when collective is null then 'comm_type: the trace does not say which collective, ALL_REDUCE assumed'
                 when args_source = 'kernel_name' then 'comm_type: from the kernel name' end,
            if(bytes is null, 'comm_size: the trace does not say, 0', null),
            if(process_group = 'unknown', 'pg_name: the trace does not say, '''' (every rank)', null)), '')
+            else k.inferred
        end as inferred,
        ts, ts + coalesce(dur, 0) as end_ns, pid, thread, device, is_comm
 from nodes n
 left join chakra_compute k using (rank, id)
+left join group_ids gid on gid.group_name = n.process_group
 order by rank, ts, id

@@ -17,10 +17,14 @@
 --     or sync_inferred where none was recorded, from a GPU op that ended while the call ran), that GPU op's E;
 --     ready at their ends; a tie goes to the GPU op. The time
 --     from the child's end is the event's own CPU time; from the GPU op's end it is sync_wait. With neither, S of
---     the same event, and the whole event is CPU time.
+--     the same event, and the whole event is CPU time. A thread_wait_inferred edge into the event's end (a call
+--     that returned just after another host thread's point: run_backward) wins when that point is later than
+--     these: its S or E, the time from it sync_wait (inferred).
 --   S of a CPU event: E of the previous sibling (the previous top-level event of its thread when it has no
 --     parent): the time between is the parent's own CPU time (no event when top-level); else S of the parent
---     (the parent's CPU time before its first child); else nothing (idle back to the window start).
+--     (the parent's CPU time before its first child); else nothing (idle back to the window start). A
+--     thread_wait_inferred edge into the event's start (its thread idle until another thread's point released
+--     it) wins when that point is later: the time from it is sync_wait (inferred), the path goes on over there.
 --   E of a GPU op: its S; the op's duration is compute, communication or memcpy (gpu_timeline_category of
 --     lib/categories), or memset.
 --   S of a GPU op: the latest-ready of E of the previous op on its stream (the gap is kernel_to_kernel_gap), E of
@@ -129,40 +133,69 @@ create or replace macro critical_path_segments(windows) as table
     -- time the step covers), who owns that time, its lane (thread or stream) and its place there (sort keys):
     -- on a thread the Euler-tour order of the call tree, in which a state's predecessor is almost always the
     -- state just before it; on a stream, start and end of each op in stream order.
+    -- waits between host threads (thread_wait_inferred): the other thread's point that released the waiting
+    -- thread, into the start (into_end false) or the end of the waiting event
+    cp_thread_waits as materialized (
+        select t.rank, t.dst as id, ends_with(t.subkind, '_end') as into_end, t.src,
+               starts_with(t.subkind, 'end') as src_at_end,
+               case when starts_with(t.subkind, 'end') then p.end_ns else p.ts end as src_t
+        from edges t join cp_events p on p.rank = t.rank and p.id = t.src
+        where t.kind = 'thread_wait_inferred'
+    ),
     cp_cpu_end as (
         select e.rank, e.id, true as at_end,
-               case when e.waited then e.gpu_id when e.child is not null then e.child else e.id end as next_id,
-               e.waited or e.child is not null as next_at_end,
-               case when e.waited then e.gpu_end when e.child is not null then e.child_end else e.ts end as lower_ns,
+               case when e.thread_waited then e.tw_src when e.waited then e.gpu_id when e.child is not null then e.child
+                    else e.id end as next_id,
+               case when e.thread_waited then e.tw_src_at_end else e.waited or e.child is not null end as next_at_end,
+               case when e.thread_waited then e.tw_src_t when e.waited then e.gpu_end
+                    when e.child is not null then e.child_end else e.ts end as lower_ns,
                e.id as segment_event,
-               case when e.waited then 'sync_wait' else 'cpu' end as category, e.waited and e.inferred as inferred,
+               case when e.waited or e.thread_waited then 'sync_wait' else 'cpu' end as category,
+               e.thread_waited or (e.waited and e.inferred) as inferred,
                e.end_ns as tau, o.lane, d.last_pre as k1, 1 as k2, -o.pre as k3
         from (
-            select e.rank, e.id, e.ts, e.end_ns, c.child, ch.end_ns as child_end, w.gpu_id, w.inferred,
-                   g.end_ns as gpu_end,
-                   w.gpu_id is not null and (c.child is null or g.end_ns >= ch.end_ns) as waited
-            from cp_events e
-            left join cp_last_child c on c.rank = e.rank and c.id = e.id
-            left join cp_events ch on ch.rank = c.rank and ch.id = c.child
-            left join cp_host_waits w on w.rank = e.rank and w.id = e.id
-            left join cp_events g on g.rank = w.rank and g.id = w.gpu_id
-            where not e.on_gpu
+            select *,
+                   tw_src is not null and tw_src_t >= greatest(ts, coalesce(child_end, ts),
+                                                               if(waited, gpu_end, ts)) as thread_waited
+            from (
+                select e.rank, e.id, e.ts, e.end_ns, c.child, ch.end_ns as child_end, w.gpu_id, w.inferred,
+                       g.end_ns as gpu_end,
+                       w.gpu_id is not null and (c.child is null or g.end_ns >= ch.end_ns) as waited,
+                       tw.src as tw_src, tw.src_at_end as tw_src_at_end, tw.src_t as tw_src_t
+                from cp_events e
+                left join cp_last_child c on c.rank = e.rank and c.id = e.id
+                left join cp_events ch on ch.rank = c.rank and ch.id = c.child
+                left join cp_host_waits w on w.rank = e.rank and w.id = e.id
+                left join cp_events g on g.rank = w.rank and g.id = w.gpu_id
+                left join cp_thread_waits tw on tw.rank = e.rank and tw.id = e.id and tw.into_end
+                where not e.on_gpu
+            )
         ) e
         join cp_cpu o on o.rank = e.rank and o.id = e.id
         join cp_last_descendant d on d.rank = e.rank and d.id = e.id
     ),
     cp_cpu_start as (
         select s.rank, s.id, false as at_end,
-               coalesce(s.prev_sibling, s.parent) as next_id,
-               s.prev_sibling is not null as next_at_end,
-               case when s.prev_sibling is not null then b.end_ns else p.ts end as lower_ns,
-               s.parent as segment_event,
-               case when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
-               false as inferred,
+               if(s.thread_waited, s.tw_src, coalesce(s.prev_sibling, s.parent)) as next_id,
+               if(s.thread_waited, s.tw_src_at_end, s.prev_sibling is not null) as next_at_end,
+               case when s.thread_waited then s.tw_src_t when s.prev_sibling is not null then s.sibling_end
+                    else s.parent_ts end as lower_ns,
+               -- a hand-over's lag belongs to the waiting thread: the enclosing event, else the event resumed
+               if(s.thread_waited, coalesce(s.parent, s.id), s.parent) as segment_event,
+               case when s.thread_waited then 'sync_wait'
+                    when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
+               s.thread_waited as inferred,
                s.ts as tau, s.lane, s.pre as k1, 0 as k2, 0 as k3
-        from cp_cpu s
-        left join cp_events b on b.rank = s.rank and b.id = s.prev_sibling
-        left join cp_events p on p.rank = s.rank and p.id = s.parent
+        from (
+            select s.*, b.end_ns as sibling_end, p.ts as parent_ts, tw.src as tw_src,
+                   tw.src_at_end as tw_src_at_end, tw.src_t as tw_src_t,
+                   -- the other thread released it later than its own thread did
+                   coalesce(tw.src_t >= coalesce(b.end_ns, p.ts, tw.src_t), false) as thread_waited
+            from cp_cpu s
+            left join cp_events b on b.rank = s.rank and b.id = s.prev_sibling
+            left join cp_events p on p.rank = s.rank and p.id = s.parent
+            left join cp_thread_waits tw on tw.rank = s.rank and tw.id = s.id and not tw.into_end
+        ) s
     ),
     cp_gpu as materialized (
         select *, hash('stream', device, stream) as lane,

@@ -96,12 +96,14 @@ def check_flows_forward(events, ends) -> None:
     at that moment (read from the critical-path track, not from the code that placed the arrows)."""
     slices = [e for e in events if e["ph"] == "X"]
     points = [((end["pid"], end["tid"]), micros_to_ns(end["ts"])) for pair in ends.values() for end in pair.values()]
-    path_pids = {e["pid"]: int(e["args"]["name"].split()[1]) for e in events
-                 if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"].endswith("critical path")}
-    path_tracks = defaultdict(set)  # rank → its critical-path tracks (overlapping step windows get one each)
+    # every critical-path track of each rank: thread 1 of its "rank R · critical path" process, and threads 2, ...
+    # for windows that overlap
+    path_process = {e["pid"]: int(e["args"]["name"].split()[1]) for e in events
+                    if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"].endswith("critical path")}
+    path_tracks = defaultdict(set)
     for e in slices:
-        if e["pid"] in path_pids:
-            path_tracks[path_pids[e["pid"]]].add((e["pid"], e["tid"]))
+        if e["pid"] in path_process:
+            path_tracks[path_process[e["pid"]]].add((e["pid"], e["tid"]))
     path_points = [(track, at) for _, at in points for tracks in path_tracks.values() for track in tracks]
     bound = innermost_slices(slices, points + path_points)
     for flow, pair in ends.items():
@@ -114,9 +116,9 @@ def check_flows_forward(events, ends) -> None:
             assert held_by is not None, f"flow {flow} {point['ph']} end is in no single innermost slice"
             if flow[1] == "critical_path":
                 segments = [bound[track, at] for track in path_tracks[held_by["args"]["rank"]]]
-                events_on_path = {segment["args"]["event"] for segment in segments if segment is not None}
-                assert held_by["name"] in events_on_path, \
-                    f"flow {flow} {point['ph']} end is bound to {held_by['name']!r}, the path is on {events_on_path}"
+                on_path = [segment["args"]["event"] for segment in segments if segment is not None]
+                assert held_by["name"] in on_path, \
+                    f"flow {flow} {point['ph']} end is bound to {held_by['name']!r}, the path is on {on_path!r}"
 
 
 def same_events(original, round_trip):

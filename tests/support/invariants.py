@@ -36,7 +36,10 @@ def accounted_entries(tables: tracekit.TraceTables) -> int:
 def ordering_edges(edges: pl.DataFrame) -> pl.DataFrame:
     """EDGES less blocking copies' waits for their own op: such a sync_inferred edge (own op → the call) reverses the
     call's launch edge, a cycle of events but not of their starts and ends (the call starts before its op, the op
-    ends before the call). Only memcpy/memset waits may do that."""
+    ends before the call). Only memcpy/memset waits may do that. Less thread waits into an end (subkind *_end): they
+    order the waiting call's end (run_backward returning after the autograd thread's last op), and the call starts
+    before what it waits for, as a blocking copy does."""
+    edges = edges.filter(~((pl.col("kind") == "thread_wait_inferred") & pl.col("subkind").str.ends_with("_end")))
     launches = edges.filter(pl.col("kind") == "launch").select("rank", src="dst", dst="src")
     own_op_waits = edges.filter(pl.col("kind") == "sync_inferred").join(launches, on=["rank", "src", "dst"], how="semi")
     assert set(own_op_waits["subkind"]) <= {"memcpy", "memset"}

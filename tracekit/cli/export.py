@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.app import as_ranks_option, load_traces, main, stdout, user_errors, working
+from tracekit.cli.app import (as_ranks_option, load_traces, main, peak_option, read_peak_option, stdout,
+                              user_errors, working)
 from tracekit.output.files import refuse_input_dir
 
 
@@ -27,21 +28,30 @@ def export_group():
                    "(mlcommons' legacy ETFeeder); default: order and launch as ctrl_deps, tensors as data_deps.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @as_ranks_option
+@peak_option
 @user_errors
-def chakra_command(traces, out_dir, prefix, data_deps, rank):
+def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
     """Write Chakra execution traces (schema 0.0.4) of TRACES, one file per rank, for ASTRA-sim and other
     simulators."""
     from tracekit.output.chakra import write_chakra
     refuse_input_dir(out_dir, traces)
-    tables = load_traces(traces, rank)
+    peak_table = read_peak_option(peak_file)  # the fallback num_ops of compute nodes without an op model
+    tables = load_traces(traces, rank).with_peaks(peak_table)
     started = time.perf_counter()
     with working("writing the Chakra files"):
         written = write_chakra(tables, out_dir, prefix, data_deps)
     count = len(written.paths)
     stdout.print(f"wrote {count} Chakra ET file{'s' * (count != 1)} to {out_dir} "
                  f"({prefix}.{{rank}}.et, {time.perf_counter() - started:.1f} s)")
-    for fallback, nodes in written.inferred.items():  # the nodes say so too, in their tracekit_inferred attribute
-        stdout.print(f"inferred on {nodes:,} communication node{'s' * (nodes != 1)}: {fallback}")
+    for group in written.groups.iter_rows(named=True):
+        inferred = ", inferred from the ranks that use it" if group["members_from"] == "export" else ""
+        stdout.print(f"process group {group['process_group']!r} → pg_name {group['group_id']} "
+                     f"({len(group['npus'])} NPUs{inferred})")
+    stdout.print(f"communicator groups: {written.groups_path} (ASTRA-sim --comm-group-configuration)")
+    # the nodes say so too (tracekit_inferred), and write_chakra returns them as diagnostics rows
+    for fallback, nodes in written.inferred.items():
+        stdout.print(f"inferred on {nodes:,} node{'s' * (nodes != 1)} (diagnostics: export, chakra_fallback): "
+                     f"{fallback}")
 
 
 @click.command(name="timeline")

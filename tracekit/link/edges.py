@@ -10,6 +10,8 @@ Kinds built here:
   from the call's class and its end just after the op's (queries/link/sync_inferred_edges.sql, docs/critical_path.md);
 - stream_wait_inferred: GPU op → a GPU op on another stream that started just after it ended, late for its own stream
   and launch (an unrecorded cross-stream event wait; queries/link/stream_wait_inferred_edges.sql);
+- thread_wait_inferred: an event's start or end on one host thread → the event on another thread of the rank that
+  started or ended right after it, its thread idle until then (queries/link/thread_wait_inferred_edges.sql);
 - flow: forward op → backward op, from `fwdbwd` flow endpoints bound to the cpu_op they sit on.
 
 Every join key includes rank, so merged multi-rank input (whose correlation ids restart per rank) cannot cross-link.
@@ -33,8 +35,8 @@ NESTING_RANK = {kind: i for i, kind in enumerate(NESTING_KINDS)}
 
 
 def build_edges(tables: TraceTables) -> TraceTables:
-    """Tables with `edges` filled (nest, launch, stream, sync, sync_inferred, stream_wait_inferred, flow) and what
-    could not be linked in `diagnostics`."""
+    """Tables with `edges` filled (nest, launch, stream, sync, sync_inferred, stream_wait_inferred,
+    thread_wait_inferred, flow) and what could not be linked in `diagnostics`."""
     nest, nest_notes = nest_edges(tables.events)
     with tables.connect() as con:
         def result(name: str) -> pa.Table:
@@ -54,11 +56,13 @@ def build_edges(tables: TraceTables) -> TraceTables:
         sync_notes = result("unresolved_syncs")
         sync_inferred = result("sync_inferred_edges")
         stream_wait_inferred = result("stream_wait_inferred_edges")
+        thread_wait_inferred = result("thread_wait_inferred_edges")
         result("flow_bindings")
         flow = result("flow_edges")
         flow_notes = result("unbound_flows")
     edges = pa.concat_tables([schema.conform("edges", t) for t in (nest, launch, stream, sync, sync_inferred,
-                                                                    stream_wait_inferred, flow)])
+                                                                    stream_wait_inferred, thread_wait_inferred,
+                                                                    flow)])
     notes = pa.concat_tables([tables.diagnostics] + [schema.conform("diagnostics", t)
                                                      for t in (nest_notes, launch_notes, sync_notes, flow_notes)])
     return tables.with_tables(edges=edges, diagnostics=notes)

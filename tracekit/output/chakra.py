@@ -6,19 +6,22 @@ each preceded by its length as a varint. The few messages are encoded here by ha
 fields), so writing needs no protobuf runtime; the tests decode the files with the .proto compiled by protoc.
 
 What becomes a node and what it depends on is SQL: queries/export/chakra_owners.sql, chakra_compute.sql (num_ops
-and tensor_size of GEMM and convolution kernels), chakra_nodes.sql and chakra_deps.sql. This module runs them and
-writes the bytes. Dependencies are written as Chakra's two lists (ctrl_deps: order and launch; data_deps: tensors
+and tensor_size of GPU compute nodes, from the op_perf analysis), chakra_nodes.sql, chakra_deps.sql and
+chakra_groups.sql (the communicator groups file). This module runs them and writes the bytes. Dependencies are written as Chakra's two lists (ctrl_deps: order and launch; data_deps: tensors
 of an Execution Trace), or all as data_deps for feeders that follow only those (mlcommons' legacy ETFeeder).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 
-from tracekit.engine.catalog import connect, ready
+from tracekit import schema
+from tracekit.engine.catalog import connect, prepare, ready
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import replacing_file
@@ -125,32 +128,50 @@ def node_message(row: dict) -> bytes:
 # --- the graph ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ChakraGraph:
-    """The nodes (queries/export/chakra_nodes.sql, with `ctrl_deps` and `data_deps` lists) and every dependency
-    considered (chakra_deps.sql; those with `forward` false are not written)."""
+    """The nodes (queries/export/chakra_nodes.sql, with `ctrl_deps` and `data_deps` lists), every dependency
+    considered (chakra_deps.sql; those with `forward` false are not written) and the communicator groups the
+    nodes' pg_name ids stand for (chakra_groups.sql)."""
 
     nodes: pl.DataFrame
     deps: pl.DataFrame
+    groups: pl.DataFrame
 
-    def inferred(self) -> dict[str, int]:
-        """How many nodes rest on each fallback (the parts of chakra_nodes' `inferred`)."""
-        parts = self.nodes.select(pl.col("inferred").drop_nulls().str.split("; ").explode())
-        return dict(parts.group_by("inferred").len().sort("inferred").iter_rows())
+    def diagnostics(self) -> pa.Table:
+        """One diagnostics row (stage export, reason chakra_fallback, position = the node's event id) per fallback
+        a node rests on: the parts of chakra_nodes' `inferred`, which the node carries as `tracekit_inferred`."""
+        parts = (self.nodes.filter(pl.col("inferred").is_not_null())
+                 .select("rank", position="id", detail=pl.col("inferred").str.split("; "))
+                 .explode("detail")
+                 .with_columns(stage=pl.lit("export"), reason=pl.lit("chakra_fallback"), dropped=pl.lit(False)))
+        return schema.conform("diagnostics", parts.to_arrow())
 
 
 @dataclass(frozen=True)
 class ChakraExport:
     paths: list[Path]
-    inferred: dict[str, int]  # fallback → nodes that got it
+    diagnostics: pa.Table  # the fallbacks nodes rest on, in the diagnostics table's columns (ChakraGraph.diagnostics)
+    groups_path: Path  # ASTRA-sim's --comm-group-configuration
+    groups: pl.DataFrame  # group_id, process_group, npus, members_from
+
+    @property
+    def inferred(self) -> dict[str, int]:
+        """How many nodes rest on each fallback."""
+        notes = pl.from_arrow(self.diagnostics)
+        return dict(notes.group_by("detail").len().sort("detail").iter_rows())
 
 
 def chakra_graph(tables: TraceTables, data_deps: bool = False) -> ChakraGraph:
     """The graph; with `data_deps`, every dependency in the nodes' `data_deps` list and none in `ctrl_deps`."""
     with connect(tables) as con:
-        for name in ("chakra_owners", "chakra_compute", "chakra_nodes", "chakra_deps"):
-            result = con.sql(ready(con, f"export/{name}")).to_arrow_table()
+        for name in ("chakra_owners", "chakra_compute", "chakra_nodes", "chakra_deps", "chakra_groups"):
+            statement = ready(con, f"export/{name}")
+            if name == "chakra_compute":
+                prepare(con, "from op_perf")  # the one op model, as a view
+            result = con.sql(statement).to_arrow_table()
             con.register(name, result)
         nodes = pl.from_arrow(con.sql("from chakra_nodes").to_arrow_table())
         deps = pl.from_arrow(con.sql("from chakra_deps").to_arrow_table())
+        groups = pl.from_arrow(con.sql("from chakra_groups").to_arrow_table())
     written = deps.filter("forward")
     if data_deps:  # a pair that is both ctrl and data is one data dependency
         written = written.with_columns(dep=pl.lit("data")).unique(["rank", "src", "dst"])
@@ -160,7 +181,13 @@ def chakra_graph(tables: TraceTables, data_deps: bool = False) -> ChakraGraph:
                   data_deps=pl.col("src").filter(pl.col("dep") == "data").sort())
              .rename({"dst": "id"}))
     nodes = nodes.join(lists, on=["rank", "id"], how="left", maintain_order="left")
-    return ChakraGraph(nodes, deps)
+    return ChakraGraph(nodes, deps, groups)
+
+
+def groups_path(out_dir: Path, prefix: str) -> Path:
+    """The communicator groups of the files PREFIX.*.et: PREFIX.comm_groups.json, ASTRA-sim's
+    --comm-group-configuration ({"id": [npu, ...]}, ids from 1 as the nodes' pg_name carries them)."""
+    return Path(out_dir) / f"{prefix}.comm_groups.json"
 
 
 def et_path(out_dir: Path, prefix: str, rank: int) -> Path:
@@ -171,7 +198,8 @@ def et_path(out_dir: Path, prefix: str, rank: int) -> Path:
 def write_chakra(tables: TraceTables, out_dir: str | Path, prefix: str = "tracekit",
                  data_deps: bool = False) -> ChakraExport:
     """Write one Chakra ET file per rank into `out_dir` (created if missing): `prefix.RANK.et`, every dependency
-    as a data dependency with `data_deps`. Returns the paths and how many nodes rest on each fallback.
+    as a data dependency with `data_deps`, and the communicator groups beside them (`groups_path`). Returns the
+    paths, how many nodes rest on each fallback, and the groups.
 
     Each file is written under a temporary name and renamed when complete.
     """
@@ -196,5 +224,8 @@ def write_chakra(tables: TraceTables, out_dir: str | Path, prefix: str = "tracek
             for row in nodes.iter_rows(named=True):
                 out.write(delimited(node_message(row)))
         paths.append(path)
-    return ChakraExport(paths, graph.inferred())
+    groups = groups_path(out_dir, prefix)
+    with replacing_file(groups) as temp:
+        temp.write_text(json.dumps({str(g["group_id"]): g["npus"] for g in graph.groups.iter_rows(named=True)}) + "\n")
+    return ChakraExport(paths, graph.diagnostics(), groups, graph.groups)
 

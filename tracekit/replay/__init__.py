@@ -71,17 +71,12 @@ def as_factors(scale: Mapping[str, float] | Iterable[tuple[str | Selector, float
 def replayed_events(tables: TraceTables, scale=None, remove=None,
                     con: duckdb.DuckDBPyConnection | None = None) -> tuple[pl.DataFrame, int]:
     """rank, id, ts, dur of every re-timed event under the what-if, with inferred_wait (true where an inferred
-    wait holds the event's start or end: sync_inferred, stream_wait_inferred, replay/thread_waits), and the
+    wait holds the event's start or end: sync_inferred, stream_wait_inferred, thread_wait_inferred), and the
     solver's passes (on `con`, a `catalog.connect(tables)` connection, when given)."""
     factors = as_factors(scale, remove)
     with nullcontext(con) if con is not None else catalog.connect(tables) as con:
         nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
-        waits = con.sql(catalog.ready(con, "replay/thread_waits")).pl()
-        constraints = pl.concat([
-            con.sql(catalog.ready(con, "replay/constraints")).pl()
-            .with_columns(src_end=pl.col("kind") != "launch_start", dst_end=pl.col("kind") == "sync"),
-            waits.with_columns(kind=pl.lit("wake"), dst_ts=pl.lit(None, pl.Int64), dst_dur=pl.lit(0, pl.Int64),
-                               inferred=pl.lit(True))], how="diagonal_relaxed")
+        constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
         collectives = con.sql(catalog.ready(con, "replay/collectives")).pl()
         selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
                                           params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())

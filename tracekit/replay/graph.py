@@ -106,7 +106,7 @@ def build(nodes: pl.DataFrame, constraints: pl.DataFrame, collectives: pl.DataFr
     from_start = (kind == "launch_start") | ((kind == "wake") & ~c["src_end"].to_numpy())
     launch, sync, flow = (kind == "launch") | (kind == "launch_start"), kind == "sync", kind == "flow"
     # A thread that resumed after another thread's point: into the start of its next event, or the end of the
-    # event it waited in (replay/thread_waits.sql).
+    # event it waited in (thread_wait_inferred edges).
     wake_end = (kind == "wake") & c["dst_end"].to_numpy()
     # A flow lands on the backward op; the thread waited at the outermost event it entered together with it.
     dst = np.where(flow, flow_entry_rows(parent_row, h_point, h_segment)[dst], dst)

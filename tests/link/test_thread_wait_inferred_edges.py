@@ -1,0 +1,68 @@
+"""thread_wait_inferred edges (queries/link/thread_wait_inferred_edges.sql) on hand-made traces whose waits are
+worked out by hand, and the critical path that follows them."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+import tracekit
+from tracekit.query import analyses
+
+
+def op(name, ts, dur, tid, cat="cpu_op"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+
+def load(tmp_path, events) -> tracekit.TraceTables:
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return tracekit.load(path)
+
+
+def thread_waits(tables) -> set[tuple[str, str, str, int]]:
+    names = dict(tables.polars("events").select("id", "name").iter_rows())
+    edges = tables.polars("edges").filter(pl.col("kind") == "thread_wait_inferred")
+    return {(names[s], names[d], k, lag) for s, d, k, lag in edges.select("src", "dst", "subkind", "lag").iter_rows()}
+
+
+# The main thread (1) runs `forward` until 100 µs and enters `run_backward`, which returns at 5,080 µs; the autograd
+# thread (2) starts `backward_a` 50 µs after run_backward's start (its first point: the lag alone decides) and ends
+# `backward_b` at 5,000 µs, 80 µs before run_backward returns (main thread idle 4,980 µs inside it: gap/10 = 498 µs).
+# The main thread's `optimizer` then starts 1,500 µs after the autograd thread's last point: beyond 1 ms, no edge; a
+# third thread's `logger` starts 600 µs after `optimizer`'s end, its thread idle 5,300 µs: 600 > 530, no edge.
+TRACE = [
+    op("ProfilerStep#1", 0, 9000, 1, cat="user_annotation"),
+    op("forward", 0, 100, 1),
+    op("run_backward", 100, 4980, 1),
+    op("backward_a", 150, 2000, 2),
+    op("backward_b", 2150, 2850, 2),
+    op("optimizer", 6500, 100, 1),
+    op("logger_first", 1300, 10, 3),
+    op("logger", 7200, 10, 3),
+]
+
+
+def test_a_thread_that_resumed_just_after_another_thread_waited_for_it(tmp_path):
+    tables = load(tmp_path, TRACE)
+    assert thread_waits(tables) == {
+        ("run_backward", "backward_a", "start_start", 50_000),
+        ("backward_b", "run_backward", "end_end", 80_000),
+    }
+
+
+def test_the_critical_path_follows_the_wait_to_the_other_thread(tmp_path):
+    """Without the edges the walk would take run_backward's 4,980 µs as its own CPU time; with them it runs
+    through backward_a and backward_b on the autograd thread, and only the hand-overs are waits (inferred): the
+    autograd thread's 50 µs from run_backward's start to backward_a's, run_backward's 80 µs return."""
+    path = analyses.run(load(tmp_path, TRACE), "critical_path")
+    by_event = path.group_by("name", "category", "inferred").agg(pl.col("duration_ns").sum())
+    rows = {(n, c, i): d for n, c, i, d in by_event.iter_rows()}
+    assert rows["backward_a", "cpu", False] == 2_000_000
+    assert rows["backward_b", "cpu", False] == 2_850_000
+    assert rows["backward_a", "sync_wait", True] == 50_000
+    assert rows["run_backward", "sync_wait", True] == 80_000
+    assert ("run_backward", "cpu", False) not in rows
+    assert rows["forward", "cpu", False] == 100_000
+    assert path["duration_ns"].sum() == 9_000_000

@@ -1,0 +1,39 @@
+"""One definition of a step and of the steady steps, whoever counts them: the Overview (rank_info), the step
+statistics (step_stats), the Steps sheet (`steps.steady`) and the diff's verdicts agree on every shared trace."""
+
+import polars as pl
+import pytest
+
+import tracekit
+from tracekit import diff
+from tests.conftest import TRACES, all_kineto_traces
+
+
+@pytest.mark.every_trace
+@pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
+def test_overview_step_statistics_steps_sheet_and_diff_count_the_same_steps(path):
+    tables = tracekit.load(path)
+    with tracekit.open(path) as db:
+        overview = db.sql("select rank, steps, step_median_ms from rank_info").sort("rank")
+        stats = db.sql("select rank, steps, median, steps_left_out from step_stats where metric = 'duration_ms'")
+        steps = db.sql("select rank, step, duration_ms, steady from steps")
+    # recomputed from the Steps sheet's rows: its steady steps and their median, per rank
+    from_sheet = (steps.group_by("rank")
+                  .agg(steps=pl.col("steady").sum().cast(pl.Int64),
+                       median=pl.col("duration_ms").filter(pl.col("steady")).median(),
+                       left_out=(~pl.col("steady")).sum().cast(pl.Int64))
+                  .sort("rank"))
+    counted = overview.filter(pl.col("steps").is_not_null())
+    assert counted["rank"].to_list() == from_sheet["rank"].to_list()
+    assert counted["steps"].to_list() == from_sheet["steps"].to_list() == stats.sort("rank")["steps"].to_list()
+    assert stats.sort("rank")["steps_left_out"].to_list() == from_sheet["left_out"].to_list()
+    assert counted["step_median_ms"].to_list() == pytest.approx(from_sheet["median"].to_list(), rel=1e-12)
+    if steps.height == 0 or tables.ranks.num_rows != 1:
+        return
+    # the diff leaves out exactly the steps the sheet marks not steady, and its headline is the Overview's median
+    side = diff.summarize(tables, "side")
+    result = diff.compare(side, side)
+    assert sorted(result.warmup[0][1]) == sorted(steps.filter(~pl.col("steady"))["step"].to_list())
+    head = result.headline()
+    assert head["n_base"] == from_sheet["steps"][0]
+    assert head["base"] == pytest.approx(from_sheet["median"][0], rel=1e-9)
