@@ -22,6 +22,8 @@ from tracekit.output.files import refuse_input_file
                    "nothing is an error naming the closest names.")
 @click.option("--remove", "removes", multiple=True, metavar="SELECTOR",
               help="Take the selection's own time out, keeping its dependencies (repeatable).")
+@click.option("--step", type=int, default=None,
+              help="Only training step N (ProfilerStep#N of each rank): its rows, and its events on the timeline.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
               help="table (default), csv or json.")
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
@@ -29,7 +31,7 @@ from tracekit.output.files import refuse_input_file
                    "'after' picture of the what-if.")
 @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
 @user_errors
-def replay_command(traces, scales, removes, fmt, out_path, max_rows):
+def replay_command(traces, scales, removes, step, fmt, out_path, max_rows):
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
     the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
     graph as measured."""
@@ -39,6 +41,6 @@ def replay_command(traces, scales, removes, fmt, out_path, max_rows):
     if out_path is not None:
         refuse_input_file(out_path, traces)
     tables = load_traces(traces)
-    emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path), fmt, None, max_rows, traces,
-         title="replay: measured and predicted step time")
+    emit(replaying.replay(tables, scale=scale, remove=remove, timeline=out_path, step=step), fmt, None, max_rows,
+         traces, title="replay: measured and predicted step time")
 

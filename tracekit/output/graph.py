@@ -1,7 +1,7 @@
 """The dependency graph of a time window, written as GraphML or Graphviz DOT text.
 
 A window is a profiler step (`ProfilerStep#N`, per rank) or an explicit [start_ns, end_ns) range. Its graph holds
-the step's events (step_events: the same events as every other --step) or the events overlapping the range, and
+the step's events (tracekit/query/step_scope.py: the same events as every other --step) or the events overlapping the range, and
 every edge between two of those events. The writers are our own: they stream text, escape names (which hold <, >,
 &, quotes and backslashes) and need no Graphviz binary.
 """
@@ -20,6 +20,7 @@ from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import replacing_file
+from tracekit.query.step_scope import step_tables
 
 GRAPHML_SUFFIXES = (".graphml",)
 DOT_SUFFIXES = (".dot", ".gv")
@@ -37,27 +38,26 @@ class WindowGraph:
 
 def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | None = None,
                  end_ns: int | None = None) -> WindowGraph:
-    """The step's events (step_events) or the events overlapping the range, and the edges among them."""
+    """The step's events (step_scope.step_tables) or the events overlapping the range, and the edges among them."""
     if (step is None) == (start_ns is None and end_ns is None):
         raise InputError("give either a step (--step N) or a time range (--start-ns A --end-ns B)")
+    if step is not None:
+        tables = step_tables(tables, step)  # the window is every event left
+        window = None
+    else:
+        if start_ns is None or end_ns is None:
+            raise InputError("--start-ns and --end-ns go together")
+        if start_ns >= end_ns:
+            raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: the range is empty")
+        window = ("output/range_window_events", {"start": start_ns, "end": end_ns})
     with catalog.connect(tables) as con:
-        if step is not None:
-            catalog.load_includes(con, ["lib/steps"])
-            steps = [n for n, in con.sql("select distinct step from step_windows() order by step").fetchall()]
-            if step not in steps:
-                have = f"steps there: {steps[0]}..{steps[-1]}" if steps else "it has none"
-                raise InputError(f"--step {step}: no ProfilerStep#{step} annotation in the trace ({have})")
-            window = ("output/step_window_events", {"step": int(step)})
+        if window is None:
+            con.register("window_events", tables.events.select(["rank", "id"]))
         else:
-            if start_ns is None or end_ns is None:
-                raise InputError("--start-ns and --end-ns go together")
-            if start_ns >= end_ns:
-                raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: the range is empty")
-            window = ("output/range_window_events", {"start": start_ns, "end": end_ns})
-        # queries/output/: the window's events, then its nodes and the edges among them, each kept as a temp table
-        for name, parameters in (window, ("output/window_nodes", None), ("output/window_edges", None)):
-            table = "window_events" if name == window[0] else name.removeprefix("output/")
-            con.execute(f"create or replace temp table {table} as {catalog.ready(con, name)}", parameters)
+            con.execute(f"create or replace temp table window_events as {catalog.ready(con, window[0])}", window[1])
+        # queries/output/: the window's nodes and the edges among them, each kept as a temp table
+        for name in ("window_nodes", "window_edges"):
+            con.execute(f"create or replace temp table {name} as {catalog.ready(con, f'output/{name}')}")
         return WindowGraph(con.sql("select * from window_nodes").to_arrow_table(),
                            con.sql("select * from window_edges").to_arrow_table())
 
