@@ -147,7 +147,7 @@ def compare_section(con, section: Section, sides: dict[str, Side], warmup: dict[
 
 def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
     """The matched measures with the per-step shift, its confidence interval, the rank test's p-value and the
-    verdict (tracekit/verdicts.py); the floor is floor_percent of the larger per-step median, at least abs_floor."""
+    verdict (tracekit/diff/verdicts.py); the floor is floor_percent of the larger per-step median, at least abs_floor."""
     # A step without a value (a collective of unknown size has no bandwidth) is no sample.
     matched = matched.with_columns(pl.col("base_samples", "cand_samples").list.drop_nulls())
     stats = verdicts.shift_tests(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)

@@ -3,13 +3,17 @@
     queries/NAME.sql         an analysis, under its public name (`tracekit run NAME`, `tracekit queries`)
     queries/lib/NAME.sql     macros shared by analyses and ad-hoc SQL (`.macros` at the prompt)
     queries/link/NAME.sql    the passes of the link stage (edges, Execution Trace links), run by tracekit/link/
+    queries/scope/NAME.sql   a step's rows of each table (tracekit/query/step_scope.py)
     queries/output/NAME.sql  queries of the writers (the graph of a window)
+    queries/export/NAME.sql  the timeline and Chakra ET exports
+    queries/replay/NAME.sql  the replay's graph
     queries/diff/NAME.sql    the two-run queries of `tracekit diff`
 
 Each file starts with a header of `-- key: value` comment lines:
 
     -- question: Where does GPU time go, per rank?      (lib files: `about:`, what the file holds)
     -- inputs: events, edges                           tables (and analyses) it reads, through its includes too
+    -- outputs: step_scopes                            a stage file's result name (default: the file's name)
     -- includes: lib/launches, lib/categories          files whose macros it calls
     -- columns:                                        an analysis's result columns, in order
     --   rank: rank
@@ -27,6 +31,9 @@ An input may be another analysis (e.g. `-- inputs: op_summary, ranks` in the cro
 and its result bound under its name, so a query reads it like a table. `analysis_order` is the one resolver of
 those dependencies; how each result is bound is the caller's: `prepare` defines views (ad-hoc SQL, TraceDatabase),
 tracekit/query/analyses.py materialises results (runs of several analyses that share them).
+
+Stage files are ordered the same way: `stage_order` runs each after the files of its folder whose outputs its
+inputs name, and `run_stage` binds each result under its output name for the ones after it.
 
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """
