@@ -4,6 +4,7 @@ comment in tracekit/ names a tracekit module or file that does not."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -52,17 +53,23 @@ def dotted_exists(span: str) -> bool:
     parts = name.split(".")
     if parts[0] == "tracekit":
         for cut in range(len(parts), 0, -1):
-            try:
-                found = importlib.import_module(".".join(parts[:cut]))
+            module = ".".join(parts[:cut])
+            try:  # found without running it: a module of an optional extra (Dask) need not import here
+                spec = importlib.util.find_spec(module)
             except ImportError:
+                spec = None
+            if spec is None:
                 continue
+            if cut == len(parts):
+                return True
+            found = importlib.import_module(module)
             for attribute in parts[cut:]:
                 if not hasattr(found, attribute):
                     return False
                 found = getattr(found, attribute)
             return True
         return False
-    modules = [p for p in PACKAGE.rglob(f"{parts[0]}.py")] + [p.parent for p in PACKAGE.rglob(f"{parts[0]}/__init__.py")]
+    modules = [*PACKAGE.rglob(f"{parts[0]}.py"), *(p.parent for p in PACKAGE.rglob(f"{parts[0]}/__init__.py"))]
     for path in modules:
         module = ".".join(path.relative_to(REPO).with_suffix("").parts)
         if has_attribute(module, parts[1]) if len(parts) > 1 else True:

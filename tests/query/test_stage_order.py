@@ -18,6 +18,8 @@ from tracekit.link import edges as link_edges
 STAGE_FILES = [name for name in every_file() if "/" in name and not name.startswith("lib/")]
 # SQL words that may follow FROM or JOIN without naming a relation
 NOT_RELATIONS = {"lateral", "unnest", "select", "values"}
+# `name as (`, `name as materialized (`, `name(columns) as (` (a recursive CTE)
+CTE = r"\b([a-z_][a-z_0-9]*)\s*(?:\([^()]*\))?\s+as\s+(?:not\s+)?(?:materialized\s+)?\("
 
 
 def relations_read(name: str) -> set[str]:
@@ -25,8 +27,7 @@ def relations_read(name: str) -> set[str]:
     function call or `is [not] distinct from`), and the trace tables its include files read."""
     query = catalog.load_query(name)
     own = code_of(query.sql)
-    ctes = {m.lower() for m in re.findall(r"\b([a-z_][a-z_0-9]*)\s*(?:\([^()]*\))?\s+as\s+(?:not\s+)?(?:materialized\s+)?\(",
-                                          own, re.IGNORECASE)}
+    ctes = {m.lower() for m in re.findall(CTE, own, re.IGNORECASE)}
     read = set()
     for m in re.finditer(r"\b(distinct\s+)?(?:from|join)\s+([a-z_][a-z_0-9]*)\b(\s*\()?", own, re.IGNORECASE):
         relation = m.group(2).lower()
@@ -70,7 +71,8 @@ def test_a_file_whose_result_another_reads_documents_its_columns():
 def test_passes_run_after_the_passes_they_read():
     """An independent check of stage_order: each pass comes after every pass of its folder whose output its
     inputs name, the link stage holds every pass build_edges keeps, and each runs once."""
-    for roots in ([f"link/{name}" for name in link_edges.LINK_RESULTS], ["scope/members"]):
+    for roots in ([f"link/{name}" for name in link_edges.LINK_RESULTS], ["scope/members"],
+                  ["export/chakra_nodes", "export/chakra_deps"]):
         order = catalog.stage_order(roots)
         assert len(order) == len(set(order)) and set(roots) <= set(order)
         made = {catalog.load_query(name).output: i for i, name in enumerate(order)}
@@ -78,6 +80,8 @@ def test_passes_run_after_the_passes_they_read():
             for needed in catalog.load_query(name).input_names:
                 assert made.get(needed, -1) < i, f"{name} runs before {needed}, which it reads"
     assert catalog.stage_order(["scope/members"]) == ["scope/members_by_step", "scope/windows", "scope/members"]
+    assert catalog.stage_order(["export/chakra_deps"]) == [
+        "export/chakra_owners", "export/chakra_compute", "export/chakra_nodes", "export/chakra_deps"]
 
 
 def test_each_link_pass_runs_with_only_its_declared_inputs():

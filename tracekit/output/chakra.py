@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.engine.catalog import connect, ready
+from tracekit.engine.catalog import connect, run_stage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import replacing_file
@@ -145,12 +145,9 @@ class ChakraExport:
 
 def chakra_graph(tables: TraceTables, data_deps: bool = False) -> ChakraGraph:
     """The graph; with `data_deps`, every dependency in the nodes' `data_deps` list and none in `ctrl_deps`."""
-    with connect(tables) as con:
-        for name in ("chakra_owners", "chakra_compute", "chakra_nodes", "chakra_deps"):
-            result = con.sql(ready(con, f"export/{name}")).to_arrow_table()
-            con.register(name, result)
-        nodes = pl.from_arrow(con.sql("from chakra_nodes").to_arrow_table())
-        deps = pl.from_arrow(con.sql("from chakra_deps").to_arrow_table())
+    with connect(tables) as con:  # the passes they read first, in the order their headers declare
+        made = run_stage(con, ["export/chakra_nodes", "export/chakra_deps"])
+    nodes, deps = pl.from_arrow(made["chakra_nodes"]), pl.from_arrow(made["chakra_deps"])
     written = deps.filter("forward")
     if data_deps:  # a pair that is both ctrl and data is one data dependency
         written = written.with_columns(dep=pl.lit("data")).unique(["rank", "src", "dst"])

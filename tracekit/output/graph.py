@@ -1,9 +1,9 @@
 """The dependency graph of a time window, written as GraphML or Graphviz DOT text.
 
 A window is a profiler step (`ProfilerStep#N`, per rank) or an explicit [start_ns, end_ns) range. Its graph holds
-the step's events (tracekit/query/step_scope.py: the same events as every other --step) or the events overlapping the range, and
-every edge between two of those events. The writers are our own: they stream text, escape names (which hold <, >,
-&, quotes and backslashes) and need no Graphviz binary.
+the step's events (tracekit/query/step_scope.py: the same events as every other --step) or the events overlapping
+the range, and every edge between two of those events. The writers are our own: they stream text, escape names
+(which hold <, >, &, quotes and backslashes) and need no Graphviz binary.
 """
 
 from __future__ import annotations
@@ -55,9 +55,8 @@ def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | N
             con.register("window_events", tables.events.select(["rank", "id"]))
         else:
             con.execute(f"create or replace temp table window_events as {catalog.ready(con, window[0])}", window[1])
-        # queries/output/: the window's nodes and the edges among them, each kept as a temp table
-        for name in ("window_nodes", "window_edges"):
-            con.execute(f"create or replace temp table {name} as {catalog.ready(con, f'output/{name}')}")
+        # queries/output/: the window's nodes, then the edges among them, each kept as a temp table
+        catalog.run_stage(con, ["output/window_edges"], temp_tables=True)
         return WindowGraph(con.sql("select * from window_nodes").to_arrow_table(),
                            con.sql("select * from window_edges").to_arrow_table())
 

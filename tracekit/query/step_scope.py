@@ -54,7 +54,6 @@ def define_scopes(con: duckdb.DuckDBPyConnection, *, ranks: list[int] | None = N
 def require_step(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | None = None) -> None:
     """InputError, the one "no such step" message of every --step, unless a rank (of `ranks`; None: any) has a
     ProfilerStep#`step` window."""
-    catalog.load_includes(con, ["lib/steps"])
     steps = [s for s, in con.execute(catalog.ready(con, "scope/steps"),
                                      {"ranks": None if ranks is None else [int(r) for r in ranks]}).fetchall()]
     if int(step) not in steps:
