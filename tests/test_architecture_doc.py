@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
