@@ -30,7 +30,7 @@ def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = N
          progress: Progress | None = None, edges: bool = True, workers: int | None = None,
          require_events: bool = True, as_ranks: bool = False) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
-    among the files are read and linked to them (tracekit.et).
+    among the files are read and linked to them (tracekit.link.et).
 
     `rank` sets the rank of a single trace file that says nothing about its rank. With `edges` (the default) the
     dependency graph is built too; an ingested dataset already holds it. With `workers` > 1, that many processes

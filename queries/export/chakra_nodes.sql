@@ -1,5 +1,5 @@
 -- question: Which Chakra ET nodes does each rank's trace make, of what type, and with what timing and attributes?
--- inputs: events, edges, ranks, chakra_compute
+-- inputs: events, edges, ranks, chakra_owners, chakra_compute
 -- includes: lib/categories, lib/collectives
 -- columns:
 --   rank: rank

@@ -1,6 +1,5 @@
 -- question: Which slices does the all-ranks timeline show, on which track, and as what Chrome-trace JSON?
--- inputs: events, threads, $step (null: every event; N: step N's events as step_members() defines them)
--- includes: lib/steps
+-- inputs: events, threads (for --step, those tracekit/query/step_scope.py cut to the step)
 -- columns:
 --   rank: rank
 --   id: events.id
@@ -23,7 +22,6 @@ selected as materialized (
     select e.*, e.kind in ('kernel', 'memcpy', 'memset', 'gpu_annotation', 'sync') as on_gpu
     from events e
     where e.ts is not null
-      and ($step is null or (e.rank, e.id) in (select (rank, id) from step_events($step)))
 ),
 cpu_pids as (
     select rank, count(distinct pid) as pids from selected where not on_gpu group by rank

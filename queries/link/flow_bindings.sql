@@ -1,5 +1,15 @@
 -- question: Which cpu_op does each fwdbwd flow endpoint sit on?
 -- inputs: flows, events
+-- columns:
+--   rank: rank
+--   endpoint: flows.id of the endpoint
+--   flow_id: the flow's id (both endpoints share it)
+--   phase: s (start, at the forward op) or f (finish, at the backward op)
+--   cat: flow category (fwdbwd)
+--   ts: ns, the endpoint's time
+--   op: events.id of the cpu_op the endpoint sits on (null: none)
+--   op_ts: ns, that op's start
+--   op_end: ns, that op's end
 -- notes: A `fwdbwd` flow starts (`s`) at the forward op and finishes (`f`, binding point `e`: the enclosing slice) at the
 --   backward op. Both endpoints sit on a cpu_op of their thread: the latest-starting one at or before the endpoint,
 --   provided it is still open there (among ops starting together, the innermost, as trace viewers bind).

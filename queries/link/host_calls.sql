@@ -1,5 +1,11 @@
 -- question: Which host call has each (rank, correlation)?
 -- inputs: events
+-- columns:
+--   rank: rank
+--   correlation: the call's correlation id
+--   id: events.id of the call
+--   ts: ns, the call's start
+--   name: the call's name
 -- notes: One call per (rank, correlation): duplicated zero-length runtime rows resolve to the longest, then lowest id.
 select rank, correlation, id, ts, name from events
 where kind in ('runtime', 'driver') and correlation is not null and ts is not null

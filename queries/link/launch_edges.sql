@@ -1,5 +1,12 @@
 -- question: Which runtime/driver call launched each GPU op (one launch edge per GPU op)?
 -- inputs: events
+-- columns:
+--   rank: rank
+--   src: events.id, the edge's source
+--   dst: events.id, the edge's destination
+--   kind: edge kind (launch)
+--   subkind: 'graph' for a call that launched several ops, else null
+--   lag: ns, GPU op start − call end
 -- notes: A correlation with several launch calls (duplicated zero-length runtime rows in some traces) is resolved to the
 --   longest call that started no later than the GPU op, then the lowest id. subkind 'graph': a call that launched
 --   several ops (a CUDA/HIP graph launch).

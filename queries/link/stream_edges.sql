@@ -1,5 +1,12 @@
 -- question: Which GPU op runs next on the same (rank, device, stream)?
 -- inputs: events
+-- columns:
+--   rank: rank
+--   src: events.id, the edge's source
+--   dst: events.id, the edge's destination
+--   kind: edge kind (stream)
+--   subkind: null
+--   lag: ns, gap from one op's end to the next op's start
 with ordered as (
     select rank, id, ts, ts + coalesce(dur, 0) as end_ts,
            lead(id) over w as next_id, lead(ts) over w as next_ts

@@ -1,5 +1,13 @@
 -- question: Which GPU op did each cuda_sync event wait for, and what waited on it?
 -- inputs: events, host_calls, gpu_launched
+-- columns:
+--   rank: rank
+--   sync_id: events.id of the cuda_sync event that records the wait
+--   src: events.id of the GPU op waited for
+--   dst: events.id of the host call or GPU op that waited
+--   kind: edge kind (sync)
+--   subkind: the cuda_sync event's sync kind
+--   lag: ns, from the end of the op waited for to the start of what waited
 -- notes: A `cuda_sync` event says which host call waited (its correlation) and, for event waits, which cudaEventRecord it
 --   waited on (`wait_on_event_correlation`) on which stream (`wait_on_stream`). The GPU work waited for is the last
 --   GPU op on that stream whose launch call started before the record call (or, for stream and device syncs, before

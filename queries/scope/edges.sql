@@ -1,4 +1,5 @@
 -- question: Which rows of `edges` does each scope hold (with rank replaced by the scope's rank)?
+-- outputs: scoped_rows (the caller binds them under the table's own name: step_scope.py)
 -- inputs: scoped_source (the edges to scope), step_scope_members (scope/members.sql), step_scopes
 -- columns: those of edges
 -- notes: an edge between two events of the same scope; et_* edges (between Execution Trace nodes, which belong to

@@ -1,4 +1,5 @@
 -- question: Which events does each scope hold, under the scope's rank?
+-- outputs: step_scope_members (a temp table)
 -- inputs: step_scope_members_by_step (scope/members_by_step.sql), step_scopes (scope/windows.sql)
 -- columns:
 --   rank: rank

@@ -1,11 +1,13 @@
 -- question: Which (rank, step) scopes hold events, and what rank does each scope get?
--- inputs: step_scope_members_by_step (scope/members_by_step.sql), events (through step_windows()), $step
+-- outputs: step_scopes (a temp table)
+-- inputs: step_scope_members_by_step (scope/members_by_step.sql), events, edges (through step_windows()), $step
 -- includes: lib/steps
 -- columns:
 --   rank: rank
 --   step: step number
---   scope_rank: the scope's own rank (bigint: the caller checks it fits an integer): the rank itself when one step
---     is kept ($step given); else one pseudo-rank per (rank, step), rank × (steps per rank) + the step's index
+--   scope_rank: the scope's own rank: the rank itself when one step is kept ($step given); else one pseudo-rank per
+--     (rank, step), rank × (steps per rank) + the step's index; null where that overflows a 32-bit rank (the caller
+--     then declines)
 --   start_ns: ns, start of the step's CPU window
 --   end_ns: ns, end of the step's CPU window
 with kept as (
@@ -17,7 +19,7 @@ indexed as (
     select *, dense_rank() over (partition by rank order by step) - 1 as step_index from kept
 )
 select rank, step,
-       case when $step is null then rank::bigint * (max(step_index) over () + 1) + step_index
-            else rank::bigint end as scope_rank,
+       try_cast(case when $step is null then rank::bigint * (max(step_index) over () + 1) + step_index
+                     else rank::bigint end as integer) as scope_rank,
        start_ns, end_ns
 from indexed

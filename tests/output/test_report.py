@@ -243,7 +243,7 @@ def test_diagnostics_sheet_counts_every_note_by_reason(qwen):
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
-    synth_module = pytest.importorskip("tracekit.synth", reason="tracekit synth not merged yet")
+    from tracekit import synth as synth_module
     traces = tmp_path_factory.mktemp("synth")
     files = synth_module.generate(traces, ranks=3, steps=3, seed=3)
     truth = json.loads((traces / "ground_truth.json").read_text())

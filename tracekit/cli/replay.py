@@ -22,6 +22,8 @@ from tracekit.output.files import check_output_file
                    "nothing is an error naming the closest names.")
 @click.option("--remove", "removes", multiple=True, metavar="SELECTOR",
               help="Take the selection's own time out, keeping its dependencies (repeatable).")
+@click.option("--step", type=int, default=None,
+              help="Only training step N (ProfilerStep#N of each rank): its rows, and its events on the timeline.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default=None,
               help="table (default), csv or json.")
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), default=None,
@@ -31,7 +33,7 @@ from tracekit.output.files import check_output_file
 @click.option("--wide", is_flag=True, help="Print text whole in the table, however wide.")
 @as_ranks_option
 @user_errors
-def replay_command(traces, scales, removes, fmt, out_path, max_rows, wide):
+def replay_command(traces, scales, removes, step, fmt, out_path, max_rows, wide):
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
     the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
     graph as measured."""
@@ -42,7 +44,6 @@ def replay_command(traces, scales, removes, fmt, out_path, max_rows, wide):
         check_output_file(out_path, traces)
     tables = load_traces(traces)
     with working("replaying the graph"):
-        replayed = replaying.replay(tables, scale=scale, remove=remove, timeline=out_path)
-    emit(replayed, fmt, None, max_rows, traces,
-         title="replay: measured and predicted step time", wide=wide)
+        replayed = replaying.replay(tables, scale=scale, remove=remove, timeline=out_path, step=step)
+    emit(replayed, fmt, None, max_rows, traces, title="replay: measured and predicted step time", wide=wide)
 

@@ -3,13 +3,17 @@
     queries/NAME.sql         an analysis, under its public name (`tracekit run NAME`, `tracekit queries`)
     queries/lib/NAME.sql     macros shared by analyses and ad-hoc SQL (`.macros` at the prompt)
     queries/link/NAME.sql    the passes of the link stage (edges, Execution Trace links), run by tracekit/link/
+    queries/scope/NAME.sql   a step's rows of each table (tracekit/query/step_scope.py)
     queries/output/NAME.sql  queries of the writers (the graph of a window)
+    queries/export/NAME.sql  the timeline and Chakra ET exports
+    queries/replay/NAME.sql  the replay's graph
     queries/diff/NAME.sql    the two-run queries of `tracekit diff`
 
 Each file starts with a header of `-- key: value` comment lines:
 
     -- question: Where does GPU time go, per rank?      (lib files: `about:`, what the file holds)
     -- inputs: events, edges                           tables (and analyses) it reads, through its includes too
+    -- outputs: step_scopes                            a stage file's result name (default: the file's name)
     -- includes: lib/launches, lib/categories          files whose macros it calls
     -- columns:                                        an analysis's result columns, in order
     --   rank: rank
@@ -27,6 +31,9 @@ An input may be another analysis (e.g. `-- inputs: op_summary, ranks` in the cro
 and its result bound under its name, so a query reads it like a table. `analysis_order` is the one resolver of
 those dependencies; how each result is bound is the caller's: `prepare` defines views (ad-hoc SQL, TraceDatabase),
 tracekit/query/analyses.py materialises results (runs of several analyses that share them).
+
+Stage files are ordered the same way: `stage_order` runs each after the files of its folder whose outputs its
+inputs name, and `run_stage` binds each result under its output name for the ones after it.
 
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """
@@ -74,6 +81,12 @@ class Query:
     # then per-rank analyses and `ranks`); otherwise its rows for a rank depend on that rank's rows only
     scope: str = "per rank"
     macros: dict[str, str] = field(default_factory=dict)  # macro → "(parameters): doc", as its header documents it
+    # a stage file's result is bound under this name for the files that read it (header `outputs:`; default: the
+    # file's own name, link/launch_edges → launch_edges)
+    output: str = ""
+    # the relations the file reads, without their glosses: `-- inputs: events (through ...), $step` → events
+    # ($parameters left out)
+    input_names: tuple[str, ...] = ()
 
     @property
     def statement(self) -> str:
@@ -96,7 +109,7 @@ LISTS = ("columns", "macros")
 SCOPES = ("per rank", "across ranks")  # header keys whose value is a list of `  entry: description` lines
 
 
-def parse_header(name: str, text: str) -> Query:
+def parse_fields(text: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     fields: dict[str, str] = {}
     lists: dict[str, dict[str, str]] = {key: {} for key in LISTS}
     current = None
@@ -120,6 +133,11 @@ def parse_header(name: str, text: str) -> Query:
             fields[current] = value.strip()
         elif current:
             fields[current] = (fields[current] + " " + body.strip()).strip()
+    return fields, lists
+
+
+def parse_header(name: str, text: str) -> Query:
+    fields, lists = parse_fields(text)
     required = {"about"} if name.startswith("lib/") else {"question", "inputs"}
     if "/" not in name:
         required |= {"columns"}
@@ -132,11 +150,31 @@ def parse_header(name: str, text: str) -> Query:
                  lists["columns"], fields.get("notes", ""), split_list(fields.get("includes", "")),
                  fields.get("scope", "per rank"),
                  {re.sub(r"\(.*", "", entry): entry[len(re.sub(r"\(.*", "", entry)):] + ": " + doc
-                  for entry, doc in lists["macros"].items()})
+                  for entry, doc in lists["macros"].items()},
+                 (relation_names(fields["outputs"]) or ("",))[0] if "outputs" in fields else name.rpartition("/")[2],
+                 relation_names(fields.get("inputs", "")))
+
+
+def relation_names(value: str) -> tuple[str, ...]:
+    """The relations a header list names, without their glosses: `events (through ...), $step` → (events,)
+    ($parameters left out)."""
+    return tuple(m.group(0) for entry in split_outside_parentheses(value)
+                 if (m := re.match(r"[a-z_][a-z_0-9]*", entry)))
 
 
 def split_list(value: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in value.split(",") if t.strip())
+
+
+def split_outside_parentheses(value: str) -> list[str]:
+    """VALUE split at the commas outside parentheses: `a (x, y), b` → [`a (x, y)`, `b`]."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(value):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(value[start:i].strip())
+            start = i + 1
+    return [p for p in parts + [value[start:].strip()] if p]
 
 
 @cache
@@ -206,6 +244,38 @@ def dependency_order(names, needs, relation: str, verb: str, missing: str) -> li
     for name in names:
         visit(name, ())
     return order
+
+
+def stage_order(names) -> list[str]:
+    """Stage files NAMES (link/flow_edges, scope/members, ...) and the files of their folders whose results they
+    read, transitively, each after those: the one order of a stage's passes, from what each file declares.
+
+    A file reads another of its folder when its `inputs:` names that file's output (`outputs:`, by default its
+    name); its other inputs are trace tables, parameters or relations its caller binds."""
+    def reads(name: str) -> list[str]:
+        folder = name.rpartition("/")[0]
+        made = {load_query(f"{folder}/{p.stem}").output: f"{folder}/{p.stem}"
+                for p in sorted((queries_dir() / folder).glob("*.sql"))}
+        return [made[i] for i in load_query(name).input_names if i in made and made[i] != name]
+
+    return dependency_order(names, reads, "inputs", "reads", "does not exist")
+
+
+def run_stage(con: duckdb.DuckDBPyConnection, names, parameters: dict[str, dict] | None = None,
+              temp_tables: bool = False) -> dict:
+    """Run stage files NAMES and what they read, in stage_order, each result bound on `con` under its output name
+    for the files after it to read: registered as an Arrow table, or with `temp_tables` kept as a DuckDB temp table.
+    `parameters`: file → its named parameters. Returns output name → Arrow table (None for a temp table)."""
+    results = {}
+    for name in stage_order(names):
+        output, params = load_query(name).output, (parameters or {}).get(name)
+        if temp_tables:
+            con.execute(f"create or replace temp table {output} as {ready(con, name)}", params)
+            results[output] = None
+        else:
+            results[output] = con.sql(ready(con, name), params=params).to_arrow_table()
+            con.register(output, results[output])
+    return results
 
 
 # What each live connection has loaded (files) and bound (analyses as views). Weak keys: forgotten with the

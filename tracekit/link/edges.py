@@ -32,6 +32,11 @@ from tracekit.engine.tables import TraceTables
 NESTING_KINDS = ("trace", "user_annotation", "python_function", "cpu_op", "runtime", "driver", "overhead", "other")
 # Among events with identical start and duration, the outer one comes first in this order.
 NESTING_RANK = {kind: i for i, kind in enumerate(NESTING_KINDS)}
+# The link passes whose results build_edges keeps (queries/link/NAME.sql); the catalog adds the passes they read
+# (host_calls, gpu_launched, flow_bindings) and orders them all.
+LINK_RESULTS = ("launch_edges", "stream_edges", "unlinked_launches", "sync_edges", "unresolved_syncs",
+                "sync_inferred_edges", "stream_wait_inferred_edges", "thread_wait_inferred_edges", "flow_edges",
+                "unbound_flows")
 
 
 def build_edges(tables: TraceTables) -> TraceTables:
@@ -39,27 +44,15 @@ def build_edges(tables: TraceTables) -> TraceTables:
     thread_wait_inferred, flow) and what could not be linked in `diagnostics`."""
     nest, nest_notes = nest_edges(tables.events)
     with tables.connect() as con:
-        def result(name: str) -> pa.Table:
-            """The pass queries/link/NAME.sql, registered under NAME: later passes read it (computed once)."""
-            table = con.sql(catalog.ready(con, f"link/{name}")).to_arrow_table()
-            con.register(name, table)
-            return table
-
-        launch = result("launch_edges")
-        stream = result("stream_edges")
-        launch_notes = result("unlinked_launches")
-        result("host_calls")
-        result("gpu_launched")
+        # each pass after the passes whose results it reads (their `inputs:` headers), each computed once
+        made = catalog.run_stage(con, [f"link/{name}" for name in LINK_RESULTS])
         # Two sync events of one call would give the same edge twice; each still counts as resolved.
-        result("sync_edges")
         sync = con.sql("select distinct on (rank, src, dst) * from sync_edges").to_arrow_table()
-        sync_notes = result("unresolved_syncs")
-        sync_inferred = result("sync_inferred_edges")
-        stream_wait_inferred = result("stream_wait_inferred_edges")
-        thread_wait_inferred = result("thread_wait_inferred_edges")
-        result("flow_bindings")
-        flow = result("flow_edges")
-        flow_notes = result("unbound_flows")
+    launch, stream, sync_inferred, stream_wait_inferred, thread_wait_inferred, flow = (
+        made[name] for name in ("launch_edges", "stream_edges", "sync_inferred_edges", "stream_wait_inferred_edges",
+                                "thread_wait_inferred_edges", "flow_edges"))
+    launch_notes, sync_notes, flow_notes = (made[name] for name in ("unlinked_launches", "unresolved_syncs",
+                                                                     "unbound_flows"))
     edges = pa.concat_tables([schema.conform("edges", t) for t in (nest, launch, stream, sync, sync_inferred,
                                                                     stream_wait_inferred, thread_wait_inferred,
                                                                     flow)])

@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
-from tracekit.engine.catalog import connect, prepare, ready
+from tracekit.engine.catalog import connect, prepare, run_stage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import replacing_file
@@ -163,15 +163,10 @@ class ChakraExport:
 def chakra_graph(tables: TraceTables, data_deps: bool = False) -> ChakraGraph:
     """The graph; with `data_deps`, every dependency in the nodes' `data_deps` list and none in `ctrl_deps`."""
     with connect(tables) as con:
-        for name in ("chakra_owners", "chakra_compute", "chakra_nodes", "chakra_deps", "chakra_groups"):
-            statement = ready(con, f"export/{name}")
-            if name == "chakra_compute":
-                prepare(con, "from op_perf")  # the one op model, as a view
-            result = con.sql(statement).to_arrow_table()
-            con.register(name, result)
-        nodes = pl.from_arrow(con.sql("from chakra_nodes").to_arrow_table())
-        deps = pl.from_arrow(con.sql("from chakra_deps").to_arrow_table())
-        groups = pl.from_arrow(con.sql("from chakra_groups").to_arrow_table())
+        prepare(con, "from op_perf")  # the one op model (chakra_compute reads it), as a view
+        # the passes they read first, in the order their headers declare
+        made = run_stage(con, ["export/chakra_nodes", "export/chakra_deps", "export/chakra_groups"])
+    nodes, deps, groups = (pl.from_arrow(made[name]) for name in ("chakra_nodes", "chakra_deps", "chakra_groups"))
     written = deps.filter("forward")
     if data_deps:  # a pair that is both ctrl and data is one data dependency
         written = written.with_columns(dep=pl.lit("data")).unique(["rank", "src", "dst"])

@@ -1,9 +1,9 @@
 """The dependency graph of a time window, written as GraphML or Graphviz DOT text.
 
 A window is a profiler step (`ProfilerStep#N`, per rank) or an explicit [start_ns, end_ns) range. Its graph holds
-the step's events (step_events: the same events as every other --step) or the events overlapping the range, and
-every edge between two of those events. The writers are our own: they stream text, escape names (which hold <, >,
-&, quotes and backslashes) and need no Graphviz binary.
+the step's events (tracekit/query/step_scope.py: the same events as every other --step) or the events overlapping
+the range, and every edge between two of those events. The writers are our own: they stream text, escape names
+(which hold <, >, &, quotes and backslashes) and need no Graphviz binary.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.atomic import replacing_file
+from tracekit.query.step_scope import step_tables
 
 GRAPHML_SUFFIXES = (".graphml",)
 DOT_SUFFIXES = (".dot", ".gv")
@@ -37,27 +38,25 @@ class WindowGraph:
 
 def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | None = None,
                  end_ns: int | None = None) -> WindowGraph:
-    """The step's events (step_events) or the events overlapping the range, and the edges among them; a window
-    without events is an InputError (an empty graph file is no answer)."""
+    """The step's events (step_scope.step_tables) or the events overlapping the range, and the edges among them; a
+    window without events is an InputError (an empty graph file is no answer)."""
     check_window(step, start_ns, end_ns)
+    if step is not None:
+        tables = step_tables(tables, step)  # the window is every event left
+        window = None
+    else:
+        window = ("output/range_window_events", {"start": start_ns, "end": end_ns})
     with catalog.connect(tables) as con:
-        if step is not None:
-            catalog.load_includes(con, ["lib/steps"])
-            steps = [n for n, in con.sql("select distinct step from step_windows() order by step").fetchall()]
-            if step not in steps:
-                have = f"steps there: {steps[0]}..{steps[-1]}" if steps else "it has none"
-                raise InputError(f"--step {step}: no ProfilerStep#{step} annotation in the trace ({have})")
-            window = ("output/step_window_events", {"step": int(step)})
+        if window is None:
+            con.register("window_events", tables.events.select(["rank", "id"]))
         else:
-            window = ("output/range_window_events", {"start": start_ns, "end": end_ns})
-        # queries/output/: the window's events, then its nodes and the edges among them, each kept as a temp table
-        for name, parameters in (window, ("output/window_nodes", None), ("output/window_edges", None)):
-            table = "window_events" if name == window[0] else name.removeprefix("output/")
-            con.execute(f"create or replace temp table {table} as {catalog.ready(con, name)}", parameters)
-            if table == "window_events" and step is None and not con.execute("from window_events limit 1").fetchone():
+            con.execute(f"create or replace temp table window_events as {catalog.ready(con, window[0])}", window[1])
+            if not con.execute("from window_events limit 1").fetchone():
                 first, last = con.execute("select min(ts), max(ts + coalesce(dur, 0)) from events").fetchone()
                 raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: no event overlaps the range (the "
                                  f"trace's events span {first} to {last} ns)")
+        # queries/output/: the window's nodes, then the edges among them, each kept as a temp table
+        catalog.run_stage(con, ["output/window_edges"], temp_tables=True)
         return WindowGraph(con.sql("select * from window_nodes").to_arrow_table(),
                            con.sql("select * from window_edges").to_arrow_table())
 

@@ -29,6 +29,7 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.files import write_output_file
 from tracekit.query.analyses import run
+from tracekit.query.step_scope import step_tables
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,12 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     """Write the timeline of every rank to `path` (gzip-compressed when it ends in .gz): the events of step N
     only with `step`, the critical path track unless `critical_path` is false."""
     suffix = f" · {label}" if label else ""
+    shown = tables if step is None else step_tables(tables, step)  # the step's events, as every --step's
+    with connect(shown) as con:
+        slices = pl.from_arrow(con.sql(ready(con, "export/timeline_slices")).to_arrow_table())
+    if slices.is_empty():
+        raise InputError("no events to show")
     with connect(tables) as con:
-        slices = pl.from_arrow(con.sql(ready(con, "export/timeline_slices"), params={"step": step})
-                               .to_arrow_table())
-        if slices.is_empty():
-            raise InputError(f"no events to show{f' in step {step}' if step is not None else ''}")
         base = slices["base_ns"][0]
         # sub-tracks: one sweep per track, in the query's order
         lanes = []

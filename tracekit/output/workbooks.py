@@ -2,7 +2,7 @@
 
 The workbooks are described as data in reports/ (rank.toml, ranks.toml, style.toml): which sheets, which query feeds
 each, columns, headers, formats, charts. This module runs the queries those definitions name (each once, over all
-ranks), cuts the results to each rank and hands them to the generic writer (tracekit/xlsx.py).
+ranks), cuts the results to each rank and hands them to the generic writer (tracekit/output/xlsx.py).
 
 A query that does not exist (or fails) does not stop the report: its sheets are left out and the reason is reported
 (returned in `problems`, printed by the CLI).

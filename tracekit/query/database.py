@@ -107,18 +107,7 @@ class TraceDatabase:
         where_rank = "true" if ranks is None else f"rank in ({', '.join(str(int(r)) for r in ranks)})"
         con = self.con
         if step is not None:
-            catalog.load_includes(con, ["lib/steps"])
-            steps = con.sql(f"select distinct step from step_windows() where {where_rank} order by step").fetchall()
-            if (int(step),) not in steps:
-                where = "the ranks asked for" if ranks else "any rank"
-                raise InputError(f"step {step}: no ProfilerStep#{step} on {where} "
-                                 f"(steps there: {', '.join(str(s) for s, in steps) or 'none'})")
-            step_scope.define_scopes(con, ranks=ranks, step=int(step))
-            try:
-                kept = {name: con.sql(step_scope.scoped_rows_sql(name)).to_arrow_table()
-                        for name in TraceTables.names()}
-            finally:
-                step_scope.drop_scopes(con)
+            kept = step_scope.scoped_tables(con, int(step), ranks)
         else:
             kept = {name: con.sql(f"from {name} where {where_rank}").to_arrow_table() for name in TraceTables.names()}
         label = " ".join(filter(None, (ranks is not None and f"rank={ranks}", step is not None and f"step={step}")))

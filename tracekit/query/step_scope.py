@@ -10,18 +10,25 @@ per (rank, step). A scope holds:
   - instants, flows: those starting inside the step's CPU window;
   - every other table (ranks, threads, processes, diagnostics, et_nodes, et_tensors): the rows of the scope's rank.
 Rows keep their columns, with `rank` replaced by `scope_rank`.
+
+This module is the one step scoper: the API (`db.scoped(step=)`, `run --step`), the diff's per-step values, `graph
+--step`, `timeline --step` and `replay --step` all select a step here, and `require_step` is the one "no such step"
+check and message.
 """
 
 from __future__ import annotations
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
+from tracekit.errors import InputError
 
-SCOPES = "step_scopes"  # temp table: rank, step, scope_rank, start_ns, end_ns (the CPU step window)
-MEMBERS = "step_scope_members"  # temp table: rank, id, scope_rank
+# The scopes are the temp tables of the stage queries/scope/members.sql and the files it reads (their `outputs:`):
+SCOPES = "step_scopes"  # rank, step, scope_rank, start_ns, end_ns (the CPU step window): scope/windows.sql
+MEMBERS = "step_scope_members"  # rank, id, scope_rank: scope/members.sql
 # How each table is scoped: queries/scope/NAME.sql over the relation `scoped_source`.
 SCOPE_QUERY = {"events": "events", "edges": "edges", "instants": "in_window", "flows": "in_window"}
 
@@ -32,19 +39,44 @@ def define_scopes(con: duckdb.DuckDBPyConnection, *, ranks: list[int] | None = N
     `ranks` (None: every rank): step `step`, each scope on its own rank; or, with step None, every step, each on a
     pseudo-rank. Return the scopes (scope_rank, rank, step) in (rank, step) order; None (nothing left defined) when
     pseudo-ranks would overflow a 32-bit rank."""
-    params = {"ranks": None if ranks is None else [int(r) for r in ranks], "step": None if step is None else int(step)}
-    con.execute(f"create or replace temp table {MEMBERS}_by_step as {catalog.ready(con, 'scope/members_by_step')}",
-                params)
-    con.execute(f"create or replace temp table {SCOPES} as {catalog.ready(con, 'scope/windows')}",
-                {"step": params["step"]})
-    if con.execute(f"select coalesce(max(scope_rank), 0) >= 2**31 from {SCOPES}").fetchone()[0]:
-        con.execute(f"drop table {MEMBERS}_by_step; drop table {SCOPES}")
+    step = None if step is None else int(step)
+    made = catalog.run_stage(con, ["scope/members"], temp_tables=True, parameters={
+        "scope/members_by_step": {"ranks": None if ranks is None else [int(r) for r in ranks], "step": step},
+        "scope/windows": {"step": step}})
+    for name in made.keys() - {SCOPES, MEMBERS}:
+        con.execute(f"drop table {name}")
+    if con.sql(f"select count(*) filter (where scope_rank is null) > 0 from {SCOPES}").fetchall()[0][0]:
+        drop_scopes(con)
         return None
-    con.execute(f"create or replace temp table {SCOPES} as select * replace (scope_rank::integer as scope_rank) "
-                f"from {SCOPES}")
-    con.execute(f"create or replace temp table {MEMBERS} as {catalog.ready(con, 'scope/members')}")
-    con.execute(f"drop table {MEMBERS}_by_step")
     return con.sql(f"select scope_rank, rank, step from {SCOPES} order by rank, step").pl()
+
+
+def require_step(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | None = None) -> None:
+    """InputError, the one "no such step" message of every --step, unless a rank (of `ranks`; None: any) has a
+    ProfilerStep#`step` window."""
+    steps = [s for s, in con.execute(catalog.ready(con, "scope/steps"),
+                                     {"ranks": None if ranks is None else [int(r) for r in ranks]}).fetchall()]
+    if int(step) not in steps:
+        where = "the ranks asked for" if ranks is not None else "any rank"
+        there = (", ".join(map(str, steps)) if len(steps) <= 10 else f"{steps[0]}..{steps[-1]}") or "none"
+        raise InputError(f"--step {step}: no ProfilerStep#{step} on {where} (steps there: {there})")
+
+
+def scoped_tables(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | None = None) -> dict[str, pa.Table]:
+    """The rows of each trace table registered on `con` that belong to step `step` of `ranks` (None: every rank),
+    each rank keeping its own number; InputError (require_step) when no rank has that step."""
+    require_step(con, step, ranks)
+    define_scopes(con, ranks=ranks, step=int(step))
+    try:
+        return {name: con.sql(scoped_rows_sql(name)).to_arrow_table() for name in TraceTables.names()}
+    finally:
+        drop_scopes(con)
+
+
+def step_tables(tables: TraceTables, step: int) -> TraceTables:
+    """TABLES cut to step `step` of every rank that has it (scoped_tables); reference tables (peaks) kept."""
+    with catalog.connect(tables) as con:
+        return tables.with_tables(**scoped_tables(con, step))
 
 
 def drop_scopes(con: duckdb.DuckDBPyConnection) -> None:

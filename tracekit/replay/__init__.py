@@ -20,6 +20,7 @@ from tracekit.engine import catalog
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError, closest_names
 from tracekit.output.timeline import write_timeline
+from tracekit.query import step_scope
 from tracekit.query.analyses import run as run_analysis
 from tracekit.replay.graph import build, inside_selection
 from tracekit.replay.solve import solve
@@ -146,7 +147,8 @@ WINDOWS_SQL = ("select rank, window_id, step, start_ns, end_ns, end_ns - start_n
                "from step_or_trace_windows()")
 
 
-def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | None = None) -> pl.DataFrame:
+def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | None = None,
+           step: int | None = None) -> pl.DataFrame:
     """One row per rank and step: rank, step (null: a rank without ProfilerSteps, replayed as one window),
     measured_ms, predicted_ms, error_percent (predicted vs measured), inferred_waits (events of the step, by their
     measured start, that an inferred wait holds: the prediction rests on inference where it is not 0) and the
@@ -155,10 +157,14 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
 
     scale: {selector: factor} or [(selector, factor)]; remove: [selector] (factor 0). Selectors: kernel:PATTERN,
     op:PATTERN, category:NAME, cpu:PATTERN. With `timeline`, the replayed events are also written there as a
-    Chrome-trace timeline (tracekit.output.timeline; processes labelled "replayed"): the "after" picture."""
+    Chrome-trace timeline (tracekit.output.timeline; processes labelled "replayed"): the "after" picture.
+    With `step`, the rows (and the timeline) of training step N only; the whole graph is still replayed, so the
+    step starts where the steps before it leave it."""
     # One connection: the measured windows, the replay's queries, then the re-timed tables registered in place of
     # the measured ones for the predicted windows and breakdown (the catalog's macros stay loaded).
     with catalog.connect(tables) as con:
+        if step is not None:
+            step_scope.require_step(con, step)
         catalog.prepare(con, WINDOWS_SQL)
         measured = con.sql(WINDOWS_SQL).pl()
         retimed, _ = replayed_events(tables, scale, remove, con)
@@ -168,7 +174,7 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
         breakdown = run_analysis(after, "steps", con).select(pl.col("rank"), pl.col("step").alias("window_id"),
                                                              *BREAKDOWN)
     if timeline is not None:
-        write_timeline(after, timeline, label="replayed")
+        write_timeline(after, timeline, step=step, label="replayed")
     starts = (retimed.filter("inferred_wait").select("rank", "id")
               .join(pl.from_arrow(tables.events.select(["rank", "id", "ts"])), on=["rank", "id"]))
     inferred = (measured.select("rank", "window_id", "start_ns", "end_ns").join(starts, on="rank")
@@ -183,4 +189,5 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
                     ((pl.col("predicted_ns") - pl.col("duration_ns")) / pl.col("duration_ns") * 100)
                     .alias("error_percent"),
                     pl.col("inferred_waits").fill_null(0).cast(pl.Int64), *BREAKDOWN)
+            .filter(pl.lit(step is None) | (pl.col("step") == step))
             .sort("rank", "step", nulls_last=True))

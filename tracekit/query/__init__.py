@@ -1,0 +1,1 @@
+"""The query stage: analyses in dependency order, `TraceDatabase` (SQL over traces or a dataset), the step scoper."""
