@@ -9,8 +9,10 @@ COMMAND (any of; `all` = every one but same-bytes):
   stages      one `report` in process, timed by stage (read, link, analyses, write) and by analysis
   timeline    `tracekit timeline` against `tracekit ingest`
   diff        `tracekit diff` of the shared workers0/workers4 pair against loading each run
-  sql         `tracekit sql` (a count over events) and `tracekit run kernel_summary`, against a load
-  same-bytes  the workbooks of this checkout and of `--baseline` (e.g. a worktree of the base commit), byte by byte;
+  sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
+              `tracekit run kernel_summary`, against a load
+  same-bytes  the workbooks and timelines of this checkout and of `--baseline` (e.g. a worktree of the base
+              commit), byte by byte;
               exit 1 if any differs (run before every speed commit)
 
 Every figure is the median of --repeat runs, the commands of one table alternating run by run so that a change of
@@ -174,23 +176,29 @@ class Bench:
                       f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}"]]))
 
     def sql(self) -> None:
-        self.heading("sql and run: a query over a trace against loading it")
+        self.heading("sql and run: a query over a trace, and over its ingested dataset, against loading the trace")
         rows = []
         for trace in self.traces:
-            s = alternate({"sql": self.tk("sql", "select count(*) from events", str(trace)),
+            dataset = self.out("sql-dataset")
+            run_fresh(tracekit_cmd("ingest", str(trace), "-o", dataset, "--force"), (0, 3))
+            count = "select count(*) from events"
+            s = alternate({"sql": self.tk("sql", count, str(trace)),
+                           "sql dataset": self.tk("sql", count, dataset),
                            "run": self.tk("run", "kernel_summary", str(trace)),
                            "load": ([sys.executable, "-c", LOAD, str(trace)], REPO)}, self.args.repeat)
-            rows.append([trace.name, s["sql"].wall, s["run"].wall, s["load"].wall, s["sql"].cpu, s["run"].cpu,
-                         s["load"].cpu, f"{s['sql'].peak_mb:.0f}", f"{s['run'].peak_mb:.0f}"])
+            rows.append([trace.name, s["sql"].wall, s["sql dataset"].wall, s["run"].wall, s["load"].wall,
+                         s["sql"].cpu, s["sql dataset"].cpu, s["run"].cpu, s["load"].cpu,
+                         f"{s['sql'].peak_mb:.0f}", f"{s['sql dataset'].peak_mb:.0f}", f"{s['run'].peak_mb:.0f}"])
             print(".", end="", flush=True)
-        print("\n" + table(["trace", "sql s", "run kernel_summary s", "load s", "sql CPU s", "run CPU s", "load CPU s",
-                            "sql peak MB", "run peak MB"], rows))
+        print("\n" + table(["trace", "sql s", "sql on dataset s", "run kernel_summary s", "load s", "sql CPU s",
+                            "sql on dataset CPU s", "run CPU s", "load CPU s", "sql peak MB",
+                            "sql on dataset peak MB", "run peak MB"], rows))
 
     def same_bytes(self) -> bool:
-        """Reports of SAME_BYTES_TRACES from this checkout and the baseline, compared file by file."""
+        """Reports and timelines of SAME_BYTES_TRACES from this checkout and the baseline, compared file by file."""
         if not self.args.baseline:
             raise SystemExit("same-bytes needs --baseline DIR (e.g. `git worktree add /tmp/base BASE_COMMIT`)")
-        self.heading(f"same-bytes: workbooks of {REPO} against {self.args.baseline}")
+        self.heading(f"same-bytes: workbooks and timelines of {REPO} against {self.args.baseline}")
         same = True
         for name in self.args.traces if self.args.traces != TRACES else SAME_BYTES_TRACES:
             trace = SHARED / name
@@ -199,15 +207,16 @@ class Bench:
             outs = []
             for label, repo in (("new", REPO), ("base", self.args.baseline)):
                 out = self.tmp / "same" / label / name.replace("/", "_")
-                run_fresh(tracekit_cmd("report", str(trace), "-o", str(out), "--force"), (0, 3), repo)
+                run_fresh(tracekit_cmd("report", str(trace), "-o", str(out / "report"), "--force"), (0, 3), repo)
+                run_fresh(tracekit_cmd("timeline", str(trace), "-o", str(out / "timeline.json")), (0, 3), repo)
                 outs.append(out)
-            files = sorted(p.name for p in outs[0].iterdir())
-            base_files = sorted(p.name for p in outs[1].iterdir())
+            files = sorted(str(p.relative_to(outs[0])) for p in outs[0].rglob("*") if p.is_file())
+            base_files = sorted(str(p.relative_to(outs[1])) for p in outs[1].rglob("*") if p.is_file())
             differ = [f for f in files if f not in base_files
-                      or (outs[0] / f).read_bytes() != (outs[1] / f).read_bytes()] + sorted(set(base_files) - set(files))
+                      or (outs[0] / f).read_bytes() != (outs[1] / f).read_bytes()]
+            differ += sorted(set(base_files) - set(files))
             same &= not differ
-            print(f"- {name}: {len(files)} workbooks, " + ("identical" if not differ else f"DIFFER: {differ}"),
-                  flush=True)
+            print(f"- {name}: {', '.join(files)}: " + ("identical" if not differ else f"DIFFER: {differ}"), flush=True)
         return same
 
 
