@@ -28,6 +28,7 @@ import compileall
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import REPO, SHARED, Summary, alternate, median, run_fresh, table, tracekit_cmd  # noqa: E402
+from measure import REPO, SHARED, alternate, median, run_fresh, table, tracekit_cmd  # noqa: E402
 
 TRACES = ["nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "et_pairs/rtx2080ti_linear/kineto.json.gz",
           "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/h100_qwen1.5-0.5b.json.gz"]
@@ -282,11 +283,14 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f}, median of {args.repeat} runs", flush=True)
     bench = Bench(args)
     ok = True
-    for command in commands:
-        if command == "same-bytes":
-            ok &= bench.same_bytes()
-        else:
-            getattr(bench, command)()
+    try:
+        for command in commands:
+            if command == "same-bytes":
+                ok &= bench.same_bytes()
+            else:
+                getattr(bench, command)()
+    finally:
+        shutil.rmtree(bench.tmp, ignore_errors=True)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
     sys.exit(0 if ok else 1)
 
