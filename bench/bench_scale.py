@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from common import run_fresh  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import median as med  # noqa: E402
+from measure import run_fresh  # noqa: E402
 
 TRACEKIT = [sys.executable, "-m", "tracekit.cli"]
 
@@ -59,16 +58,13 @@ def main() -> None:
         for _ in range(args.repeats):
             for command, out in (("ingest", root / "dataset"), ("report", root / "report")):
                 for mode, extra in (("local", []), (f"local:{args.workers}", scheduler)):
-                    run = run_fresh(TRACEKIT + [command, str(traces), "-o", str(out), "--force"] + extra)
+                    run = run_fresh(TRACEKIT + [command, str(traces), "-o", str(out), "--force"] + extra, (0, 3))
                     runs.setdefault(f"{command} {mode}", []).append(run)
         one_rank = [run_fresh(TRACEKIT + ["report", str(traces / f"rank{r}.json"), "-o", str(root / f"one{r}"),
                                           "--force"]) for r in (0, args.ranks // 2, args.ranks - 1)]
         imports = [run_fresh([sys.executable, "-c", "import tracekit.cli.traces, tracekit.cluster.tasks"])
                    for _ in range(3)]
         peaks = worker_peaks(traces, root / "peaks", args.workers)
-
-    def med(values):
-        return statistics.median(values)
 
     print(f"{args.ranks} synthetic ranks, {args.steps} steps, scale {args.scale}: {size_mb:.0f} MB of JSON; "
           f"medians of {args.repeats}")

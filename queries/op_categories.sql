@@ -28,10 +28,20 @@ with by_category as (
     from op_by_shape
     group by rank, category
 ),
-calls as (
-    select rank, pid, tid, id, ts, ts + coalesce(dur, 0) as end_ns, op_category(name) as category
+-- the category of each distinct name, then joined to the calls: its regular expressions run once per name, not
+-- once per call
+cpu_ops as (
+    select rank, pid, tid, id, ts, ts + coalesce(dur, 0) as end_ns, name
     from events
     where kind = 'cpu_op' and ts is not null
+),
+named as (
+    select name, op_category(name) as category from (select distinct name from cpu_ops)
+),
+calls as (
+    select c.rank, c.pid, c.tid, c.id, c.ts, c.end_ns, n.category
+    from cpu_ops c
+    join named n on n.name is not distinct from c.name
 ),
 outermost as (
     select rank, category,

@@ -1,0 +1,125 @@
+"""How the bench suite measures a command: a fresh child process, its wall and CPU time, and its own peak RSS.
+
+Peak RSS: Linux carries a process's peak across fork and exec (fork copies the parent's memory map and its high-water
+mark; exec folds the old map's mark into the new program's `ru_maxrss`), so `os.wait4` on a child of a 300 MB
+benchmark process reports at least 300 MB, even for `python -c pass`. Each command is therefore started by a small
+fresh launcher (`python -S measure.py --launch CMD...`, a few MB): the command inherits the launcher's peak, not
+ours, and the launcher reads the command's `wait4` rusage and prints it. `python bench/measure.py --self-check` shows
+the difference (a 300 MB parent: wait4 from the parent against the launcher).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "traces"
+LAUNCHER = Path(__file__).resolve()
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a command in a fresh process."""
+    wall: float  # seconds, measured by the launcher around the command
+    cpu: float  # user + system seconds of the command (all its threads and children)
+    peak_mb: float  # the command's own peak RSS (MiB)
+    exit_code: int
+    stderr: str
+
+
+def run_fresh(cmd: list[str], ok_codes: tuple[int, ...] = (0,), repo: Path = REPO, cwd: Path | None = None) -> Run:
+    """Run CMD through the launcher with REPO's tracekit first on the path; SystemExit unless its exit code is in
+    OK_CODES."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--launch", *cmd], env=env, cwd=cwd,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stderr = proc.stderr.decode(errors="replace")
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise SystemExit(f"launcher failed on {' '.join(cmd)}: {stderr[-2000:]}")
+    costs = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    run = Run(costs["wall"], costs["cpu"], costs["peak_mb"], costs["exit_code"], stderr)
+    if run.exit_code not in ok_codes:
+        raise SystemExit(f"{' '.join(cmd)} failed ({run.exit_code}): {stderr[-2000:]}")
+    return run
+
+
+def tracekit_cmd(*args: str) -> list[str]:
+    """`python -m tracekit.cli ARGS` (the checkout is chosen by run_fresh's `repo`, through PYTHONPATH)."""
+    return [sys.executable, "-m", "tracekit.cli", *args]
+
+
+def median(values) -> float:
+    return statistics.median(list(values))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Medians of several runs of one command."""
+    wall: float
+    cpu: float
+    peak_mb: float
+    runs: int
+
+    @staticmethod
+    def of(runs: list[Run]) -> "Summary":
+        return Summary(median(r.wall for r in runs), median(r.cpu for r in runs), median(r.peak_mb for r in runs),
+                       len(runs))
+
+
+def alternate(commands: dict[str, tuple[list[str], Path]], repeat: int, ok_codes=(0, 3)) -> dict[str, Summary]:
+    """Run each of COMMANDS (label → (cmd, repo)) REPEAT times, alternating run by run so that a change of the
+    machine's load hits all alike; their medians by label."""
+    runs: dict[str, list[Run]] = {label: [] for label in commands}
+    for _ in range(repeat):
+        for label, (cmd, repo) in commands.items():
+            runs[label].append(run_fresh(cmd, ok_codes, repo))
+    return {label: Summary.of(r) for label, r in runs.items()}
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table; floats with 2 decimals, the first column left-aligned."""
+    def cell(v):
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _launch(cmd: list[str]) -> None:
+    """The launcher's side: run CMD (its output to our stderr / nowhere), print its costs as one JSON line."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+                      "exit_code": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+def _self_check() -> None:
+    """A 300 MB parent: `python -c pass` measured through wait4 directly, and through the launcher."""
+    ballast = bytearray(300 * 2**20)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touch every page
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    _, _, usage = os.wait4(proc.pid, 0)
+    direct = usage.ru_maxrss / 1024
+    launched = run_fresh([sys.executable, "-c", "pass"]).peak_mb
+    print(f"python -c pass from a 300 MB parent: wait4 in the parent {direct:.0f} MB, through the launcher "
+          f"{launched:.0f} MB")
+    if launched > 50:
+        raise SystemExit("the launcher reports an inherited peak")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--launch"]:
+        _launch(sys.argv[2:])
+    elif sys.argv[1:2] == ["--self-check"]:
+        _self_check()
+    else:
+        raise SystemExit(__doc__)

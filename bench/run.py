@@ -1,0 +1,299 @@
+"""The bench suite: every command on the shared real traces, each run a fresh process, one Markdown table per command.
+
+    python bench/run.py COMMAND ... [--repeat 3] [--traces NAME ...] [--baseline DIR] [--tracelens BIN]
+
+COMMAND (any of; `all` = every one but same-bytes):
+  ingest      `tracekit ingest` against `orjson.loads` of the same (decompressed) bytes, both whole processes
+  report      `tracekit report` against TraceLens's perf report (`--tracelens`: its venv's bin folder,
+              ../shared/peers/README.md), and against a second checkout with `--baseline`
+  stages      one `report` in process, timed by stage (read, link, analyses, write) and by analysis
+  timeline    `tracekit timeline` against `tracekit ingest`
+  diff        `tracekit diff` of the shared workers0/workers4 pair against loading each run
+  sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
+              `tracekit run kernel_summary`, against a load
+  same-bytes  the workbooks and timelines of this checkout and of `--baseline` (e.g. a worktree of the base
+              commit), byte by byte;
+              exit 1 if any differs (run before every speed commit)
+
+Every figure is the median of --repeat runs, the commands of one table alternating run by run so that a change of
+the machine's load hits all alike: read the ratios, which come from one run. CPU is user + system seconds of the
+command (all its threads), which a loaded machine moves less than wall time; peak is the command's own peak RSS
+(bench/measure.py explains why a launcher measures it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import REPO, SHARED, alternate, median, run_fresh, table, tracekit_cmd  # noqa: E402
+
+TRACES = ["nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "et_pairs/rtx2080ti_linear/kineto.json.gz",
+          "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/h100_qwen1.5-0.5b.json.gz"]
+DIFF_PAIR = ("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
+             "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz")
+SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz",
+                              "multirank/dlrm_8ranks_v100", "nvidia/h100_bert-small.json.gz"]
+ORJSON = ("import gzip, sys, orjson; p = sys.argv[1]; "
+          "orjson.loads(gzip.open(p).read() if p.endswith('.gz') else open(p, 'rb').read())")
+STAGES = ("read", "link", "analyses", "write")
+LOAD = "import sys, tracekit; tracekit.load(sys.argv[1])"
+
+
+def json_mb(trace: Path) -> float:
+    """MB of JSON text (decompressed)."""
+    out = subprocess.run(f"zcat -f {trace} | wc -c", shell=True, capture_output=True, text=True, check=True)
+    return int(out.stdout) / 2**20
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="tracekit-bench-"))
+        self.traces = [SHARED / name for name in args.traces]
+        missing = [str(t) for t in self.traces if not t.exists()]
+        if missing:
+            raise SystemExit(f"not found: {', '.join(missing)} (the shared traces: {SHARED})")
+
+    def out(self, name: str) -> str:
+        return str(self.tmp / name)
+
+    def tk(self, *args: str) -> tuple[list[str], Path]:
+        return tracekit_cmd(*args), REPO
+
+    def heading(self, title: str) -> None:
+        print(f"\n### {title}\n", flush=True)
+
+    # ------------------------------------------------------------------ commands
+
+    def ingest(self) -> None:
+        self.heading("ingest: `tracekit ingest TRACE -o DIR` against `orjson.loads` of the same bytes")
+        rows = []
+        for trace in self.traces:
+            mb = json_mb(trace)
+            s = alternate({"ingest": self.tk("ingest", str(trace), "-o", self.out("ds"), "--force"),
+                           "orjson": ([sys.executable, "-c", ORJSON, str(trace)], REPO)}, self.args.repeat)
+            i, o = s["ingest"], s["orjson"]
+            rows.append([trace.name, f"{mb:.1f}", i.wall, o.wall, f"{i.wall / o.wall:.2f}×", i.cpu, o.cpu,
+                         f"{i.cpu / o.cpu:.2f}×", f"{i.peak_mb:.0f}", f"{o.peak_mb:.0f}", f"{i.peak_mb / mb:.1f}×"])
+            print(".", end="", flush=True)
+        print("\n" + table(["trace", "JSON MB", "ingest s", "orjson s", "wall ratio", "ingest CPU s", "orjson CPU s",
+                            "CPU ratio", "ingest peak MB", "orjson peak MB", "ingest peak ÷ JSON"], rows))
+
+    def report(self) -> None:
+        tracelens = self.args.tracelens / "TraceLens_generate_perf_report_pytorch" if self.args.tracelens else None
+        if tracelens and not tracelens.exists():
+            raise SystemExit(f"--tracelens: {tracelens} does not exist (see ../shared/peers/README.md)")
+        self.heading("report: `tracekit report TRACE -o DIR`" + (" against TraceLens's perf report" if tracelens
+                                                               else ""))
+        rows = []
+        for trace in self.traces:
+            commands = {"tracekit": self.tk("report", str(trace), "-o", self.out("report"), "--force")}
+            if tracelens:
+                commands["TraceLens"] = ([str(tracelens), "--profile_json_path", str(trace), "--output_xlsx_path",
+                                          self.out("tl.xlsx")], REPO)
+            if self.args.baseline:
+                commands["baseline"] = (tracekit_cmd("report", str(trace), "-o", self.out("base"), "--force"),
+                                        self.args.baseline)
+            s = alternate(commands, self.args.repeat)
+            t = s["tracekit"]
+            row = [trace.name, f"{json_mb(trace):.1f}", t.wall, t.cpu, f"{t.peak_mb:.0f}"]
+            if tracelens:
+                tl = s["TraceLens"]
+                row += [tl.wall, tl.cpu, f"{tl.peak_mb:.0f}", f"{tl.wall / t.wall:.2f}×", f"{tl.cpu / t.cpu:.2f}×",
+                        f"{tl.peak_mb / t.peak_mb:.2f}×"]
+            if self.args.baseline:
+                b = s["baseline"]
+                row += [b.wall, b.cpu, f"{b.peak_mb:.0f}"]
+            rows.append(row)
+            print(".", end="", flush=True)
+        header = ["trace", "JSON MB", "tracekit s", "tracekit CPU s", "tracekit peak MB"]
+        if tracelens:
+            header += ["TraceLens s", "TraceLens CPU s", "TraceLens peak MB", "speed-up (wall)", "speed-up (CPU)",
+                       "leaner (peak)"]
+        if self.args.baseline:
+            header += ["baseline s", "baseline CPU s", "baseline peak MB"]
+        print("\n" + table(header, rows))
+
+    def stages(self) -> None:
+        self.heading("stages of `report`, in one process (imports excluded): wall / CPU seconds")
+        rows, analyses = [], {}
+        for trace in self.traces:
+            runs = []
+            for _ in range(self.args.repeat):
+                proc = subprocess.run([sys.executable, __file__, "--stages-child", str(trace), self.out("stages")],
+                                      env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+                if proc.returncode:
+                    raise SystemExit(f"stages of {trace}: {proc.stderr[-2000:]}")
+                runs.append(json.loads(proc.stdout.splitlines()[-1]))
+            wall = {k: median(r["stages"][k][0] for r in runs) for k in STAGES}
+            cpu = {k: median(r["stages"][k][1] for r in runs) for k in STAGES}
+            rows.append([trace.name, runs[0]["events"], *(f"{wall[k]:.2f} / {cpu[k]:.2f}" for k in STAGES),
+                         f"{sum(wall.values()):.2f} / {sum(cpu.values()):.2f}"])
+            for name in runs[0]["per_analysis"]:
+                analyses.setdefault(name, {})[trace.name] = median(r["per_analysis"][name] for r in runs)
+            print(".", end="", flush=True)
+        print("\n" + table(["trace", "events", *STAGES, "total"], rows))
+        names = [t.name for t in self.traces]
+        top = sorted(analyses, key=lambda a: -sum(analyses[a].values()))
+        print("\nPer analysis (wall seconds, each on its own; slowest first):\n")
+        print(table(["analysis", *names], [[a, *(analyses[a].get(n, 0.0) for n in names)] for a in top]))
+
+    def timeline(self) -> None:
+        self.heading("timeline: `tracekit timeline TRACE -o FILE` against `tracekit ingest`")
+        rows = []
+        for trace in self.traces:
+            s = alternate({"timeline": self.tk("timeline", str(trace), "-o", self.out("timeline.json")),
+                           "ingest": self.tk("ingest", str(trace), "-o", self.out("ds"), "--force")},
+                          self.args.repeat)
+            t, i = s["timeline"], s["ingest"]
+            rows.append([trace.name, t.wall, i.wall, f"{t.wall / i.wall:.2f}×", t.cpu, i.cpu, f"{t.cpu / i.cpu:.2f}×",
+                         f"{t.peak_mb:.0f}", f"{i.peak_mb:.0f}"])
+            print(".", end="", flush=True)
+        print("\n" + table(["trace", "timeline s", "ingest s", "wall ratio", "timeline CPU s", "ingest CPU s",
+                            "CPU ratio", "timeline peak MB", "ingest peak MB"], rows))
+
+    def diff(self) -> None:
+        a, b = (SHARED / p for p in DIFF_PAIR)
+        self.heading(f"diff: `tracekit diff A B` ({a.parent.name}) against loading A and B (`tracekit.load`, "
+                     "whole processes)")
+        s = alternate({"diff": self.tk("diff", str(a), str(b), "-o", self.out("diff.xlsx"), "--force"),
+                       "load A": ([sys.executable, "-c", LOAD, str(a)], REPO),
+                       "load B": ([sys.executable, "-c", LOAD, str(b)], REPO)}, self.args.repeat)
+        d, la, lb = s["diff"], s["load A"], s["load B"]
+        print(table(["pair", "diff s", "load A + load B s", "diff − loads s", "diff CPU s", "loads CPU s",
+                     "diff peak MB", "load peak MB (larger)"],
+                    [[a.parent.name, d.wall, la.wall + lb.wall, d.wall - la.wall - lb.wall, d.cpu, la.cpu + lb.cpu,
+                      f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}"]]))
+
+    def sql(self) -> None:
+        self.heading("sql and run: a query over a trace, and over its ingested dataset, against loading the trace")
+        rows = []
+        for trace in self.traces:
+            dataset = self.out("sql-dataset")
+            run_fresh(tracekit_cmd("ingest", str(trace), "-o", dataset, "--force"), (0, 3))
+            count = "select count(*) from events"
+            s = alternate({"sql": self.tk("sql", count, str(trace)),
+                           "sql dataset": self.tk("sql", count, dataset),
+                           "run": self.tk("run", "kernel_summary", str(trace)),
+                           "load": ([sys.executable, "-c", LOAD, str(trace)], REPO)}, self.args.repeat)
+            rows.append([trace.name, s["sql"].wall, s["sql dataset"].wall, s["run"].wall, s["load"].wall,
+                         s["sql"].cpu, s["sql dataset"].cpu, s["run"].cpu, s["load"].cpu,
+                         f"{s['sql'].peak_mb:.0f}", f"{s['sql dataset'].peak_mb:.0f}", f"{s['run'].peak_mb:.0f}"])
+            print(".", end="", flush=True)
+        print("\n" + table(["trace", "sql s", "sql on dataset s", "run kernel_summary s", "load s", "sql CPU s",
+                            "sql on dataset CPU s", "run CPU s", "load CPU s", "sql peak MB",
+                            "sql on dataset peak MB", "run peak MB"], rows))
+
+    def same_bytes(self) -> bool:
+        """Reports and timelines of SAME_BYTES_TRACES from this checkout and the baseline, compared file by file."""
+        if not self.args.baseline:
+            raise SystemExit("same-bytes needs --baseline DIR (e.g. `git worktree add /tmp/base BASE_COMMIT`)")
+        self.heading(f"same-bytes: workbooks and timelines of {REPO} against {self.args.baseline}")
+        same = True
+        for name in self.args.traces if self.args.traces != TRACES else SAME_BYTES_TRACES:
+            trace = SHARED / name
+            if not trace.exists():
+                continue
+            outs = []
+            for label, repo in (("new", REPO), ("base", self.args.baseline)):
+                out = self.tmp / "same" / label / name.replace("/", "_")
+                run_fresh(tracekit_cmd("report", str(trace), "-o", str(out / "report"), "--force"), (0, 3), repo)
+                run_fresh(tracekit_cmd("timeline", str(trace), "-o", str(out / "timeline.json")), (0, 3), repo)
+                outs.append(out)
+            files = sorted(str(p.relative_to(outs[0])) for p in outs[0].rglob("*") if p.is_file())
+            base_files = sorted(str(p.relative_to(outs[1])) for p in outs[1].rglob("*") if p.is_file())
+            differ = [f for f in files if f not in base_files
+                      or (outs[0] / f).read_bytes() != (outs[1] / f).read_bytes()]
+            differ += sorted(set(base_files) - set(files))
+            same &= not differ
+            print(f"- {name}: {', '.join(files)}: " + ("identical" if not differ else f"DIFFER: {differ}"), flush=True)
+        return same
+
+
+def stages_child(trace: Path, out: Path) -> None:
+    """One report of TRACE in this process, timed by stage (wall and CPU seconds) and by analysis (wall: each
+    analysis on its own, after the ones it reads, in the order `run_analyses` runs them); prints one JSON line."""
+    import tracekit  # noqa: F401  (imports before the clock starts)
+    from tracekit.engine.catalog import analysis_order, connect
+    from tracekit.link.edges import build_edges
+    from tracekit.output import workbooks
+    from tracekit.pipeline import read_files
+    from tracekit.query.analyses import run_into
+
+    clocks = [(time.perf_counter(), time.process_time())]
+
+    def lap() -> tuple[float, float]:
+        clocks.append((time.perf_counter(), time.process_time()))
+        return clocks[-1][0] - clocks[-2][0], clocks[-1][1] - clocks[-2][1]
+
+    read = read_files([trace], None, None, edges=False, workers=None)
+    stages = {"read": lap()}
+    tables = build_edges(read)
+    stages["link"] = lap()
+    names = workbooks.report_queries(len(tables.rank_list))
+    order = list(dict.fromkeys(step for name in names for step in analysis_order(name)))
+    per_analysis, results, failures = {}, {}, {}
+    with connect(tables, materialize=True) as con:
+        per_analysis["(connection, shared tables)"] = lap()[0]
+        for name in order:
+            run_into(con, name, results, failures)
+            per_analysis[name] = lap()[0]
+    stages["analyses"] = (sum(per_analysis.values()), clocks[-1][1] - clocks[-2 - len(per_analysis)][1])
+    done = workbooks.Analyses({n: results[n] for n in names if n in results}, failures, tuple(tables.rank_list))
+    workbooks.write_reports(tables, out, force=True, analyses_done=done, problems=[])
+    stages["write"] = lap()
+    print(json.dumps({"stages": stages, "events": tables.events.num_rows, "per_analysis": per_analysis}))
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--stages-child"]:
+        return stages_child(Path(sys.argv[2]), Path(sys.argv[3]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("commands", nargs="+", choices=["all", "ingest", "report", "stages", "timeline", "diff",
+                                                        "sql", "same-bytes"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--traces", nargs="+", default=TRACES, help="paths under ../shared/traces")
+    parser.add_argument("--baseline", type=lambda p: Path(p).resolve(), help="another tracekit checkout")
+    parser.add_argument("--tracelens", type=Path, help="the bin folder of TraceLens's venv")
+    args = parser.parse_args()
+    commands = (["ingest", "report", "stages", "timeline", "diff", "sql"] if "all" in args.commands
+                else args.commands)
+    # Compiled once, as `pip install` compiles an installed package (PYTHONDONTWRITEBYTECODE would otherwise make
+    # every run compile tracekit's modules again).
+    for checkout in [REPO] + ([args.baseline] if args.baseline else []):
+        compileall.compile_dir(checkout / "tracekit", quiet=1)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "tracekit", "queries"],
+                           capture_output=True, text=True).stdout.strip()
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}"
+          f"{' (+ uncommitted changes)' if dirty else ''}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}, median of {args.repeat} runs", flush=True)
+    bench = Bench(args)
+    ok = True
+    try:
+        for command in commands:
+            if command == "same-bytes":
+                ok &= bench.same_bytes()
+            else:
+                getattr(bench, command)()
+    finally:
+        shutil.rmtree(bench.tmp, ignore_errors=True)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
