@@ -8,7 +8,8 @@
 --   world_size: ranks, distributedInfo.world_size
 --   backend: distributed backend (nccl, gloo, ...)
 --   span_ms: ms, first event start to last event end
---   steps: steps found (null when the trace has none)
+--   steps: steady steps, the ones the step figures are over (`steady` of the steps analysis; null when the trace
+--     has no steps)
 --   step_median_ms: ms, median step duration
 --   step_min_ms: ms, shortest step
 --   step_max_ms: ms, longest step

@@ -341,7 +341,7 @@ def run_cli(*args):
 def test_cli_sql_run_and_list(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps({"traceEvents": CONSTRUCTED}))
-    listed = run_cli("queries")
+    listed = run_cli("queries", "--wide")
     assert listed.returncode == 0 and "gpu_timeline" in listed.stdout and "GEMM" in listed.stdout
     out = tmp_path / "kinds.parquet"
     result = run_cli("sql", "select kind, count(*) n from events group by kind order by kind", str(path),
