@@ -189,5 +189,5 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
                     ((pl.col("predicted_ns") - pl.col("duration_ns")) / pl.col("duration_ns") * 100)
                     .alias("error_percent"),
                     pl.col("inferred_waits").fill_null(0).cast(pl.Int64), *BREAKDOWN)
-            .filter(pl.lit(step is None) | (pl.col("step") == step))
+            .filter(pl.lit(True) if step is None else pl.col("step") == step)
             .sort("rank", "step", nulls_last=True))
