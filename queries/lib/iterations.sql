@@ -42,17 +42,17 @@ create or replace macro iteration_precedence(marker) as
 create or replace macro _vllm_counts(name) as
     case
         when regexp_matches(name, '^execute_new_') then struct_pack(
-            context := regexp_extract(name, '^execute_new_(\d+)', 1)::bigint, context_tokens := null::bigint,
-            generation := regexp_extract(name, '_cached_(\d+)$', 1)::bigint, generation_tokens := null::bigint)
+            context := try_cast(regexp_extract(name, '^execute_new_(\d+)', 1) as bigint), context_tokens := null::bigint,
+            generation := try_cast(regexp_extract(name, '_cached_(\d+)$', 1) as bigint), generation_tokens := null::bigint)
         when regexp_matches(name, '_context_\d+\(sq') then struct_pack(
-            context := regexp_extract(name, '_context_(\d+)\(', 1)::bigint,
-            context_tokens := regexp_extract(name, '_context_\d+\(sq(\d+)', 1)::bigint,
-            generation := regexp_extract(name, '_generation_(\d+)\(', 1)::bigint,
-            generation_tokens := regexp_extract(name, '_generation_\d+\(sq(\d+)', 1)::bigint)
+            context := try_cast(regexp_extract(name, '_context_(\d+)\(', 1) as bigint),
+            context_tokens := try_cast(regexp_extract(name, '_context_\d+\(sq(\d+)', 1) as bigint),
+            generation := try_cast(regexp_extract(name, '_generation_(\d+)\(', 1) as bigint),
+            generation_tokens := try_cast(regexp_extract(name, '_generation_\d+\(sq(\d+)', 1) as bigint))
         else struct_pack(
-            context := regexp_extract(name, '_context_(\d+)\(', 1)::bigint,
+            context := try_cast(regexp_extract(name, '_context_(\d+)\(', 1) as bigint),
             context_tokens := try_cast(regexp_extract(name, '_context_\d+\((\d+)\)', 1) as bigint),
-            generation := regexp_extract(name, '_generation_(\d+)\(', 1)::bigint,
+            generation := try_cast(regexp_extract(name, '_generation_(\d+)\(', 1) as bigint),
             generation_tokens := try_cast(regexp_extract(name, '_generation_\d+\((\d+)\)', 1) as bigint))
     end;
 
@@ -73,7 +73,7 @@ create or replace macro iteration_phase(marker, name) as
 create or replace macro iteration_batch_size(marker, name) as
     case marker
         when 'vllm_annotation' then _vllm_counts(name).context + _vllm_counts(name).generation
-        when 'sglang_annotation' then regexp_extract(name, ' bs=(\d+)', 1)::bigint
+        when 'sglang_annotation' then try_cast(regexp_extract(name, ' bs=(\d+)', 1) as bigint)
     end;
 
 create or replace macro iteration_tokens(marker, name) as

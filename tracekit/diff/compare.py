@@ -200,7 +200,12 @@ def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
     (verdicts.shift_tests) with one capture a side, per capture (blocks.capture_tests) with several; the floor is
     floor_percent of the larger per-step (per-capture) median, at least abs_floor."""
     # A step without a value (a collective of unknown size has no bandwidth) is no sample.
-    matched = matched.with_columns(pl.col("base_samples", "cand_samples").list.drop_nulls())
+    # Rebuilt from Python lists (as the test reads them anyway): where one side has no samples at all, polars 1.30
+    # holds a List(Null) column whose chunks hold floats, and any expression on it panics.
+    matched = matched.with_columns(
+        pl.Series(name, [[x for x in values or () if x is not None] for values in matched[name].to_list()],
+                  dtype=pl.List(pl.Float64))
+        for name in ("base_samples", "cand_samples"))
     test = verdicts.shift_tests if settings.method == STEPS else capture_tests
     stats = test(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
     floor = pl.max_horizontal(settings.floor_percent / 100 * pl.max_horizontal(
