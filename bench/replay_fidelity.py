@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import SHARED  # noqa: E402
+from bench.measure import SHARED  # noqa: E402
 from tracekit.pipeline import load  # noqa: E402
 from tracekit.replay import replay  # noqa: E402
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import SHARED  # noqa: E402
+from bench.measure import SHARED  # noqa: E402
 from tracekit.engine import catalog  # noqa: E402
 from tracekit.pipeline import load  # noqa: E402
 from tracekit.replay import replay, retimed_tables  # noqa: E402

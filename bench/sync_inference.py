@@ -26,7 +26,7 @@ import polars as pl
 import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import SHARED  # noqa: E402
+from bench.measure import SHARED  # noqa: E402
 from tracekit import synth  # noqa: E402
 from tracekit.engine import catalog  # noqa: E402
 from tracekit.engine.tables import TraceTables  # noqa: E402

@@ -1,7 +1,7 @@
-"""Inferred waits between host threads (thread_wait_inferred edges) against the critical path, which does not
-follow them: how much of the path lies on a host thread while that thread sat idle waiting for another thread (the
-gap before each thread_wait_inferred edge's dst point). If that share is small, following the edges would move
-little of the path; docs/critical_path.md ("Waits between host threads") has the numbers.
+"""Inferred waits between host threads (thread_wait_inferred edges) against the critical path, which follows
+them: how much of the path lies on a host thread while that thread sat idle waiting for another thread (the gap
+before each thread_wait_inferred edge's dst point). Only what is left after following them (the hand-overs' lags)
+should remain; docs/critical_path.md ("Waits between host threads") has the numbers.
 
     python bench/thread_waits_on_path.py [TRACE ...]
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import SHARED  # noqa: E402
+from bench.measure import SHARED  # noqa: E402
 from tracekit.engine import catalog  # noqa: E402
 from tracekit.pipeline import load  # noqa: E402
 from tracekit.query import analyses  # noqa: E402

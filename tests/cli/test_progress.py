@@ -54,6 +54,7 @@ COMMANDS = {
     "sql": (["sql", "select count(*) from op_summary", "{traces}"], b"running the query"),
     "replay": (["replay", "{traces}"], b"replaying the graph"),
     "export": (["export", "chakra", "{traces}", "-o", "{out}/et"], b"writing the Chakra files"),
+    "diff": (["diff", "{traces}", "{traces}", "-o", "{out}.xlsx"], b"analysing"),
 }
 
 

@@ -19,6 +19,7 @@ from tracekit.cli.app import (
     stdout,
     user_errors,
     warn_about_failed_analyses,
+    working,
 )
 from tracekit.errors import InputError
 from tracekit.inputs import Inputs, resolve_captures, resolve_inputs
@@ -61,9 +62,11 @@ class SidesCommand(click.Command):
               help="Write the comparison workbook (e.g. diff.xlsx): summary with charts, ops, ops by shape, kernels, "
                    "categories, collectives, critical path, one side only.")
 @click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
+@click.option("--wide", is_flag=True, help="Print item names whole in the table, however wide (default: shortened in "
+                                           "the middle to fit the terminal, distinct names kept distinct).")
 @scheduler_option
 @user_errors
-def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_path, force, scheduler):
+def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide, scheduler):
     """Compare two runs. BASELINE and CANDIDATE are each a trace file, a directory of ranks, an ingested dataset,
     or a directory of captures (one subdirectory per capture of one configuration). With several captures a side
     (A1 A2 ... -- B1 B2 ...), the verdicts test between-capture variance, captures as blocks."""
@@ -77,7 +80,8 @@ def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_
     summaries = summarized(sides, scheduler)
     for side in (s for captures in summaries for s in captures):
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
-    result = diff.compare(*summaries, alpha=alpha, warmup_steps=warmup_steps)
+    with working("comparing the runs"):
+        result = diff.compare(*summaries, alpha=alpha, warmup_steps=warmup_steps)
     gated = None
     if fail_percent is not None or metric != "step_time":
         try:  # before anything is printed: a bad name is one line, not a diff followed by an error
@@ -92,9 +96,11 @@ def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_
                                 "regressed": regressed}
         click.echo(json.dumps(document, indent=1, allow_nan=False))
     else:
-        diff.print_summary(result, stdout, top)
+        diff.print_summary(result, stdout, top, wide)
     if out_path is not None:
-        for problem in diff.write_workbook(result, out_path, force):
+        with working(f"writing {out_path}"):
+            problems = diff.write_workbook(result, out_path, force)
+        for problem in problems:
             stderr.print(f"note: {problem}")
         (stderr if fmt == "json" else stdout).print(f"wrote {out_path}")
     if fail_percent is not None:
@@ -131,8 +137,15 @@ def summarized(sides, scheduler: str | None) -> list[list[diff.Side]]:
     if scheduler:
         from tracekit.cluster import runs
         with on_cluster(scheduler, sides[0][0][0].given) as (client, _):
-            return [[runs.summarize(client, c, label) for c, label in captures] for captures in sides]
-    return [[diff.summarize(load_traces(c), label) for c, label in captures] for captures in sides]
+            with working("summarizing the runs on the cluster"):
+                return [[runs.summarize(client, c, label) for c, label in captures] for captures in sides]
+    return [[summarize_capture(load_traces(c), label) for c, label in captures] for captures in sides]
+
+
+def summarize_capture(tables, label: str) -> diff.Side:
+    """One capture's analyses (after its reading, which shows its own progress: rich draws one bar at a time)."""
+    with working(f"analysing {label}"):
+        return diff.summarize(tables, label)
 
 
 def signed_percent(value: float | None) -> str:

@@ -9,6 +9,7 @@ from tracekit.diff import verdicts
 from tracekit.diff.comparison import CAPTURES, EFFECT_COLUMNS, TEST_NAMES, DiffResult
 from tracekit.diff.measures import TIMELINE_STEP_COLUMNS
 from tracekit.diff.sections import Section, top_change_sections
+from tracekit.output.frames import print_whole, shorten
 
 VERDICT_STYLES = {"slower": "red", "faster": "green", "added": "yellow", "removed": "cyan", verdicts.NO_CHANGE: "dim",
                   verdicts.INCONCLUSIVE: "magenta", verdicts.NOT_ENOUGH: "magenta"}
@@ -62,8 +63,9 @@ def gpu_time_text(result: DiffResult, timeline: Section) -> str:
                      for r in rows.iter_rows(named=True))
 
 
-def print_summary(result: DiffResult, console, top: int = 15) -> None:
-    """The headline (step time A → B), the GPU time breakdown and the largest changes, as rich text and a table."""
+def print_summary(result: DiffResult, console, top: int = 15, wide: bool = False) -> None:
+    """The headline (step time A → B), the GPU time breakdown and the largest changes, as rich text and a table.
+    `wide`: item names whole; else shortened in the middle (distinct names stay distinct) to fit the console."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -93,18 +95,45 @@ def print_summary(result: DiffResult, console, top: int = 15) -> None:
         console.print(f"no significant change among {', '.join(sections)}")
     else:
         table = Table(title=f"top changes ({', '.join(sections)}; all ranks)", title_justify="left", box=box.SIMPLE)
-        table.add_column("item", overflow="fold", ratio=1)
+        # fold: where even a shortened name leaves too little room, it goes on over lines rather than crop numbers
+        table.add_column("item", no_wrap=wide, overflow="fold")
         shift = "per capture" if result.settings.method == CAPTURES else "per step"
-        for name in ("base → cand ms", "Δ ms (Δ %)", f"{shift} Δ ms [{100 * (1 - result.settings.alpha):g}% CI]"):
+        headers = ("base → cand ms", "Δ ms (Δ %)", f"{shift} Δ ms [{100 * (1 - result.settings.alpha):g}% CI]",
+                   "verdict")
+        for name in headers[:-1]:
             table.add_column(name, justify="right", no_wrap=True)
-        table.add_column("verdict", no_wrap=True)
-        for r in changes.iter_rows(named=True):
-            item = r["item"] if len(r["item"]) <= 100 else r["item"][:97] + "..."
-            values = " → ".join("-" if v is None else f"{v:,.3f}" for v in (r["base_ms"], r["cand_ms"]))
-            percent = "" if r["percent_delta"] is None else f" ({r['percent_delta']:+.1f}%)"
-            label = metric_label(result.described_by.get(r["section"]), r["metric"])
-            table.add_row(f"[dim]{r['section']}[/] {escape(item)} [dim]({label})[/]",
-                          values, f"{r['delta_ms']:+,.3f}{percent}", interval_text(r), styled(r["verdict"]))
-        console.print(table)
+        table.add_column(headers[-1], no_wrap=True)
+        rows = [changed_row(r, result) for r in changes.iter_rows(named=True)]
+        whole = changes["item"].to_list()
+        names = whole if wide else shorten(whole, item_width(rows, headers, console.width))
+        for (section, label, *cells, verdict), name in zip(rows, names):
+            table.add_row(f"[dim]{section}[/] {escape(name)} [dim]({label})[/]", *cells, styled(verdict))
+        if wide:
+            print_whole(console, table)
+        else:
+            console.print(table)
+            if names != whole:
+                console.print("[dim]names shortened to the terminal's width (--wide prints them whole)[/]")
     for note in result.notes:
         console.print(f"note: {note}")
+
+
+def changed_row(row: dict, result: DiffResult) -> list[str]:
+    """A top change's section, its metric's label, the table's cells after the item and its verdict."""
+    values = " → ".join("-" if v is None else f"{v:,.3f}" for v in (row["base_ms"], row["cand_ms"]))
+    percent = "" if row["percent_delta"] is None else f" ({row['percent_delta']:+.1f}%)"
+    label = metric_label(result.described_by.get(row["section"]), row["metric"])
+    return [row["section"], label, values, f"{row['delta_ms']:+,.3f}{percent}", interval_text(row),
+            row["verdict"] or ""]
+
+
+MIN_ITEM_WIDTH = 12  # below this, names say too little to be worth the table
+
+
+def item_width(rows: list[list[str]], headers: tuple[str, ...], available: int) -> int:
+    """The width an item name may take so that the table (its section and label around the name, the other
+    columns at their full width) fits `available` characters."""
+    others = sum(max(len(h), *(len(r[2 + i]) for r in rows)) for i, h in enumerate(headers))
+    around = max(len(r[0]) + len(r[1]) + 4 for r in rows)  # "section name (label)"
+    padding = 3 * (len(headers) + 1) + 1  # box.SIMPLE: a space either side of each column, a blank rule between
+    return max(MIN_ITEM_WIDTH, available - others - around - padding)
