@@ -1,0 +1,171 @@
+"""How the GPU traces in this folder were recorded (PyTorch profiler on one NVIDIA GPU).
+
+Run on a machine with CUDA: ``python tests/data/gpu/record.py OUTDIR``. Each part is independent; a part that fails
+prints its traceback and the others still run. Writes, gzipped:
+- ``graph_capture.json.gz`` / ``graph_replay.json.gz``: a serving-style pair. Two CUDA graphs (batch 8 and 16) of a
+  small transformer are captured under the profiler (the capture trace: the ops, shapes and module stack that
+  launched every kernel), then replayed alternately in ``execute_model`` iterations under a second profiler session
+  (the replay trace: ``cudaGraphLaunch`` and the kernels sharing its correlation).
+- ``et_train.json.gz`` / ``kineto_train.json.gz``: an Execution Trace + Kineto pair of the same training steps,
+  with ``enable_cuda_sync_events`` (a host sync, an ``.item()``, a side stream waiting on an event).
+- ``noise_a.json.gz`` / ``noise_b.json.gz``: two captures of one unchanged training job, for run-to-run noise.
+"""
+
+import gzip
+import json
+import os
+import shutil
+import sys
+import traceback
+
+import torch
+from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function, schedule
+
+DIM, HEADS, LAYERS, SEQ = 512, 8, 4, 64
+ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(DIM)
+        self.qkv = torch.nn.Linear(DIM, 3 * DIM)
+        self.proj = torch.nn.Linear(DIM, DIM)
+        self.norm2 = torch.nn.LayerNorm(DIM)
+        self.up = torch.nn.Linear(DIM, 4 * DIM)
+        self.down = torch.nn.Linear(4 * DIM, DIM)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        heads = [z.reshape(b, t, HEADS, DIM // HEADS).transpose(1, 2) for z in (q, k, v)]
+        a = torch.nn.functional.scaled_dot_product_attention(*heads, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, DIM))
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[Block() for _ in range(LAYERS)]).cuda()
+
+
+def export(prof, path):
+    raw = path[: -len(".gz")]
+    prof.export_chrome_trace(raw)
+    with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(raw)
+
+
+def graph_pair(out):
+    net = model().eval().to(torch.bfloat16)
+    batches = (8, 16)
+    inputs = {b: torch.randn(b, SEQ, DIM, device="cuda", dtype=torch.bfloat16) for b in batches}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for b in batches:
+            for _ in range(3):
+                net(inputs[b])
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graphs, outputs = {}, {}
+    with profile(activities=ACTIVITIES, record_shapes=True, with_stack=True, with_modules=True) as prof:
+        with torch.no_grad():
+            for b in batches:
+                graphs[b] = torch.cuda.CUDAGraph()
+                with record_function(f"capture_graph_batch_{b}"), torch.cuda.graph(graphs[b]):
+                    outputs[b] = net(inputs[b])
+        torch.cuda.synchronize()
+    export(prof, os.path.join(out, "graph_capture.json.gz"))
+    fresh = {b: torch.randn(b, SEQ, DIM, device="cuda", dtype=torch.bfloat16) for b in batches}
+    with profile(activities=ACTIVITIES, record_shapes=True, with_stack=True) as prof:
+        for i in range(8):
+            b = batches[i % 2]
+            with record_function(f"execute_model_bs_{b}"):
+                inputs[b].copy_(fresh[b])
+                graphs[b].replay()
+                outputs[b].float().sum().item()
+        torch.cuda.synchronize()
+    export(prof, os.path.join(out, "graph_replay.json.gz"))
+
+
+def train_step(net, opt, x, side):
+    with record_function("forward"):
+        loss = net(x).float().pow(2).mean()
+    with record_function("backward"):
+        loss.backward()
+    event = torch.cuda.Event()
+    event.record()
+    with torch.cuda.stream(side):
+        side.wait_event(event)
+        norm = torch.stack([p.grad.norm() for p in net.parameters()]).sum()
+    torch.cuda.current_stream().wait_stream(side)
+    with record_function("optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return loss.item() + norm.item()
+
+
+def train_trace(path, steps=5, et_path=None):
+    net = model()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    x = torch.randn(16, SEQ, DIM, device="cuda")
+    side = torch.cuda.Stream()
+    for _ in range(3):
+        train_step(net, opt, x, side)
+    torch.cuda.synchronize()
+    et = None
+    if et_path:
+        et = ExecutionTraceObserver().register_callback(et_path[: -len(".gz")])
+    config = torch._C._profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+    with profile(
+        activities=ACTIVITIES,
+        record_shapes=True,
+        with_stack=False,
+        schedule=schedule(wait=0, warmup=1, active=steps),
+        experimental_config=config,
+        execution_trace_observer=et,
+        on_trace_ready=lambda done: export(done, path),
+    ) as prof:
+        for _ in range(steps + 1):
+            train_step(net, opt, x, side)
+            torch.cuda.synchronize()
+            prof.step()
+    if et_path:
+        raw = et_path[: -len(".gz")]
+        with open(raw, "rb") as src, gzip.open(et_path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.remove(raw)
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    info = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0),
+        "capability": list(torch.cuda.get_device_capability(0)),
+    }
+    parts = {
+        "graph_pair": lambda: graph_pair(out),
+        "et_train": lambda: train_trace(
+            os.path.join(out, "kineto_train.json.gz"), et_path=os.path.join(out, "et_train.json.gz")
+        ),
+        "noise_a": lambda: train_trace(os.path.join(out, "noise_a.json.gz"), steps=6),
+        "noise_b": lambda: train_trace(os.path.join(out, "noise_b.json.gz"), steps=6),
+    }
+    for name, part in parts.items():
+        try:
+            part()
+            info[name] = "ok"
+        except Exception:
+            traceback.print_exc()
+            info[name] = "failed"
+    with open(os.path.join(out, "recorded.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(json.dumps(info))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
