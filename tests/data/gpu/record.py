@@ -8,7 +8,17 @@ prints its traceback and the others still run. Writes, gzipped:
   (the replay trace: ``cudaGraphLaunch`` and the kernels sharing its correlation).
 - ``et_train.json.gz`` / ``kineto_train.json.gz``: an Execution Trace + Kineto pair of the same training steps,
   with ``enable_cuda_sync_events`` (a host sync, an ``.item()``, a side stream waiting on an event).
-- ``noise_a.json.gz`` / ``noise_b.json.gz``: two captures of one unchanged training job, for run-to-run noise.
+- ``noise_a.json.gz`` / ``noise_b.json.gz``: two captures of one unchanged training job, for run-to-run noise;
+  ``noise_c.json.gz`` (part ``noise_c``, run as its own process) a third from another process.
+- ``changed_wide.json.gz`` (part ``wide``): the same job with the feed-forward layers twice as wide (a known change:
+  the ``up``/``down`` GEMMs, their backward and their optimizer work grow, the rest does not).
+- ``graph_fork_capture.json.gz`` / ``graph_fork_replay.json.gz`` (part ``graph_fork``): one graph whose capture forks
+  onto a side stream and joins back, so its replay runs kernels on two streams.
+- ``nccl_rank0of1.json.gz`` (part ``nccl``): training with gradients all-reduced and a tensor all-gathered through
+  NCCL (one rank), for real NCCL kernels and ``record_param_comms`` arguments.
+
+Parts run in the order given on the command line (default: the first four); ``recorded.json`` collects what each
+run reported.
 """
 
 import gzip
@@ -44,9 +54,14 @@ class Block(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
 
 
-def model():
+def model(ffn=4):
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[Block() for _ in range(LAYERS)]).cuda()
+    blocks = [Block() for _ in range(LAYERS)]
+    if ffn != 4:
+        for block in blocks:
+            block.up = torch.nn.Linear(DIM, ffn * DIM)
+            block.down = torch.nn.Linear(ffn * DIM, DIM)
+    return torch.nn.Sequential(*blocks).cuda()
 
 
 def export(prof, path):
@@ -90,7 +105,7 @@ def graph_pair(out):
     export(prof, os.path.join(out, "graph_replay.json.gz"))
 
 
-def train_step(net, opt, x, side):
+def train_step(net, opt, x, side, communicate=False):
     with record_function("forward"):
         loss = net(x).float().pow(2).mean()
     with record_function("backward"):
@@ -101,19 +116,21 @@ def train_step(net, opt, x, side):
         side.wait_event(event)
         norm = torch.stack([p.grad.norm() for p in net.parameters()]).sum()
     torch.cuda.current_stream().wait_stream(side)
+    if communicate:
+        all_reduce_gradients(net, x)
     with record_function("optimizer"):
         opt.step()
         opt.zero_grad(set_to_none=True)
     return loss.item() + norm.item()
 
 
-def train_trace(path, steps=5, et_path=None):
-    net = model()
+def train_trace(path, steps=5, et_path=None, ffn=4, communicate=False):
+    net = model(ffn)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     x = torch.randn(16, SEQ, DIM, device="cuda")
     side = torch.cuda.Stream()
     for _ in range(3):
-        train_step(net, opt, x, side)
+        train_step(net, opt, x, side, communicate)
     torch.cuda.synchronize()
     et = None
     if et_path:
@@ -129,7 +146,7 @@ def train_trace(path, steps=5, et_path=None):
         on_trace_ready=lambda done: export(done, path),
     ) as prof:
         for _ in range(steps + 1):
-            train_step(net, opt, x, side)
+            train_step(net, opt, x, side, communicate)
             torch.cuda.synchronize()
             prof.step()
     if et_path:
@@ -139,7 +156,66 @@ def train_trace(path, steps=5, et_path=None):
         os.remove(raw)
 
 
-def main(out):
+def all_reduce_gradients(net, x):
+    import torch.distributed as dist
+
+    for p in net.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+    gathered = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, x)
+
+
+def nccl_trace(path):
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29531", rank=0, world_size=1)
+    try:
+        train_trace(path, steps=4, communicate=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def graph_fork_pair(out):
+    torch.manual_seed(0)
+    left = torch.nn.Linear(DIM, DIM).cuda().to(torch.bfloat16)
+    right = torch.nn.Linear(DIM, DIM).cuda().to(torch.bfloat16)
+    x = torch.randn(16, SEQ, DIM, device="cuda", dtype=torch.bfloat16)
+    branch = torch.cuda.Stream()
+
+    def forward():
+        h = torch.nn.functional.layer_norm(x, (DIM,))
+        branch.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(branch):
+            r = torch.relu(right(h))
+        l = torch.nn.functional.gelu(left(h))
+        torch.cuda.current_stream().wait_stream(branch)
+        return l + r
+
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                forward()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with profile(activities=ACTIVITIES, record_shapes=True, with_stack=True, with_modules=True) as prof:
+            with record_function("capture_graph_fork"), torch.cuda.graph(graph):
+                y = forward()
+            torch.cuda.synchronize()
+        export(prof, os.path.join(out, "graph_fork_capture.json.gz"))
+        with profile(activities=ACTIVITIES, record_shapes=True, with_stack=True) as prof:
+            for i in range(6):
+                with record_function(f"execute_model_fork_{i}"):
+                    graph.replay()
+                    y.float().sum().item()
+            torch.cuda.synchronize()
+        export(prof, os.path.join(out, "graph_fork_replay.json.gz"))
+
+
+def main(out, names):
     os.makedirs(out, exist_ok=True)
     info = {
         "torch": torch.__version__,
@@ -149,23 +225,32 @@ def main(out):
     }
     parts = {
         "graph_pair": lambda: graph_pair(out),
+        "graph_fork": lambda: graph_fork_pair(out),
+        "nccl": lambda: nccl_trace(os.path.join(out, "nccl_rank0of1.json.gz")),
+        "wide": lambda: train_trace(os.path.join(out, "changed_wide.json.gz"), steps=6, ffn=8),
+        "noise_c": lambda: train_trace(os.path.join(out, "noise_c.json.gz"), steps=6),
         "et_train": lambda: train_trace(
             os.path.join(out, "kineto_train.json.gz"), et_path=os.path.join(out, "et_train.json.gz")
         ),
         "noise_a": lambda: train_trace(os.path.join(out, "noise_a.json.gz"), steps=6),
         "noise_b": lambda: train_trace(os.path.join(out, "noise_b.json.gz"), steps=6),
     }
-    for name, part in parts.items():
+    recorded = os.path.join(out, "recorded.json")
+    if os.path.exists(recorded):
+        with open(recorded) as f:
+            info = {**json.load(f), **info}
+    for name in names or ["graph_pair", "et_train", "noise_a", "noise_b"]:
+        part = parts[name]
         try:
             part()
             info[name] = "ok"
         except Exception:
             traceback.print_exc()
             info[name] = "failed"
-    with open(os.path.join(out, "recorded.json"), "w") as f:
+    with open(recorded, "w") as f:
         json.dump(info, f, indent=1)
     print(json.dumps(info))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
