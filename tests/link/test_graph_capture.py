@@ -114,3 +114,13 @@ def test_the_cli_takes_graph_captures_and_refuses_a_missing_one():
     missing = subprocess.run(run + ["--graph-capture", "no/such.json"], capture_output=True, text=True, cwd=REPO,
                              check=False)
     assert missing.returncode == 2 and missing.stderr.strip() == "tracekit: error: no/such.json: no such file or directory"
+
+
+def test_an_ingested_dataset_keeps_the_captured_owners(tmp_path):
+    tables = tracekit.load(H200_REPLAY, graph_captures=[H200_CAPTURE])
+    tracekit.write_dataset(tables, tmp_path / "ds")
+    with tracekit.open(tmp_path / "ds") as db:
+        assert db.sql("select count(*) as n from graph_kernels")["n"][0] == tables.graph_kernels.num_rows
+        owned = db.query("gpu_ownership")
+    with tracekit.from_tables(tables) as db:
+        assert owned.equals(db.query("gpu_ownership"))
