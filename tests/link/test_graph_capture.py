@@ -114,6 +114,10 @@ def test_the_cli_takes_graph_captures_and_refuses_a_missing_one():
     missing = subprocess.run(run + ["--graph-capture", "no/such.json"], capture_output=True, text=True, cwd=REPO,
                              check=False)
     assert missing.returncode == 2 and missing.stderr.strip() == "tracekit: error: no/such.json: no such file or directory"
+    cluster = subprocess.run(run[:3] + ["report", str(H200_REPLAY), "--graph-capture", str(H200_CAPTURE),
+                                        "--scheduler", "local:1", "-o", "unused"],
+                             capture_output=True, text=True, cwd=REPO, check=False)
+    assert cluster.returncode == 2 and "--graph-capture: not supported with --scheduler" in cluster.stderr
 
 
 def test_an_ingested_dataset_keeps_the_captured_owners(tmp_path):
