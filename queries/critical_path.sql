@@ -1,6 +1,6 @@
 -- question: What chain of work bounds each step's duration (the whole trace where a rank has no steps), where does
 --   its time go, and did the CPU or the GPU carry it?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/critical_path, lib/steps
 -- columns:
 --   rank: rank

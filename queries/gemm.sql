@@ -1,5 +1,5 @@
 -- question: How many FLOPs do the GEMM ops do, and what throughput and arithmetic intensity do they reach, per rank and shape?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/categories, lib/launches, lib/types
 -- columns:
 --   rank: rank

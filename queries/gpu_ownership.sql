@@ -1,9 +1,10 @@
 -- question: How much of each rank's GPU time does each ownership rule own, and how much does nothing own?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/launches
 -- columns:
 --   rank: rank
---   attribution: the rule that owned the GPU ops (kernel_by_op): op, annotation, python_frame, graph_launch, none
+--   attribution: the rule that owned the GPU ops (kernel_by_op): capture, op, annotation, python_frame,
+--     graph_launch, none
 --   unowned_reason: for none, why (no launch call in the trace; launch call outside every op, annotation and
 --     Python frame); null otherwise
 --   gpu_ops: GPU ops (kernels, memcpys, memsets)
@@ -16,4 +17,4 @@ select rank, attribution, unowned_reason, count(*) as gpu_ops, sum(dur) / 1e6 as
        100 * sum(dur) / nullif(sum(sum(dur)) over (partition by rank), 0) as percent
 from owners
 group by rank, attribution, unowned_reason
-order by rank, array_position(['op', 'annotation', 'python_frame', 'graph_launch', 'none'], attribution), unowned_reason
+order by rank, array_position(['capture', 'op', 'annotation', 'python_frame', 'graph_launch', 'none'], attribution), unowned_reason

@@ -1,5 +1,5 @@
 -- question: Where does GPU time go, per rank: computation, communication, memcpy, how much of it overlaps, and how long is the GPU idle?
--- inputs: events, edges, ranks
+-- inputs: events, edges, graph_kernels, ranks
 -- includes: lib/categories, lib/launches
 -- columns:
 --   rank: rank

@@ -1,12 +1,14 @@
 -- question: Which kernels does each CPU op launch, on which stream, and how long do they run, per rank?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/categories, lib/exact, lib/launches
 -- columns:
 --   rank: rank
 --   op_name: the GPU op's owner (see attribution): an op, annotation or Python frame name, or the graph launch as
 --     CALL[graph N, K kernels]; null when nothing owns it
 --   op_category: category of op_name (op_category in lib/categories.sql: from the name alone)
---   attribution: which rule owned it: op (innermost cpu_op enclosing the launch call), annotation or python_frame
+--   attribution: which rule owned it: capture (a GPU op a graph launch replayed, matched to its launch in the
+--     graph's capture trace: the op, annotation or frame it was captured under; graph_kernels), op (innermost
+--     cpu_op enclosing the launch call), annotation or python_frame
 --     (launch call outside every op: the innermost user_annotation or Python frame enclosing it), graph_launch (a
 --     CUDA/HIP graph launch enclosed by none of those: the launch itself), none (owned by no rule)
 --   unowned_reason: why attribution is none: no launch call in the trace (queued before the profiling window), or
@@ -26,11 +28,11 @@
 --   percent_total_time: percent of the rank's GPU span (first GPU op start to last GPU op end)
 -- notes: Like TraceLens's kernel_summary sheet (grouped by parent op, kernel, stream), with memcpys and memsets
 --   included, so the rows of an owner sum to its direct_kernel_ms in op_summary. Every GPU op of the rank appears,
---   owned by the first rule that applies (gpu_op_owners() in lib/launches.sql): the op, then the annotation or
---   Python frame, then the graph launch. Step and iteration markers (ProfilerStep#N, the serving engines'
+--   owned by the first rule that applies (gpu_op_owners() in lib/launches.sql): the captured owner (with
+--   --graph-capture), the op, then the annotation or Python frame, then the graph launch. Step and iteration markers (ProfilerStep#N, the serving engines'
 --   iteration annotations and frames, lib/iterations.sql) and built-in Python frames (`<built-in method ...>`, C
 --   functions named with an object address) own nothing: they would own every GPU op of a step. Kernels replayed
---   from a graph share their launch's correlation, so without the capture all of a graph's kernels have one owner.
+--   from a graph share their launch's correlation, so without its capture all of a graph's kernels have one owner.
 --   GPU ops owned by no rule are kept with a null op_name and say why in unowned_reason.
 with ops as (select * from gpu_op_owners()),
 per_rank as (

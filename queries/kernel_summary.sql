@@ -1,5 +1,5 @@
 -- question: Which GPU kernels (and memcpys, memsets) take the most GPU time, per rank (like nsys cuda_gpu_kern_sum)?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/categories, lib/exact, lib/launches
 -- columns:
 --   rank: rank

@@ -1,5 +1,5 @@
 -- question: Which op calls, told apart by input shapes and types, cost the most GPU and CPU time, per rank?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/launches
 -- columns:
 --   rank: rank

@@ -1,5 +1,5 @@
 -- question: How many FLOPs and bytes does each modelled op call shape cost, what rates does it reach, and how far is it from the device's peak?
--- inputs: events, edges, ranks, device_peaks, gemm
+-- inputs: events, edges, graph_kernels, ranks, device_peaks, gemm
 -- includes: lib/categories, lib/launches, lib/types, lib/shapes, lib/peaks
 -- columns:
 --   rank: rank

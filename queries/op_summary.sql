@@ -1,5 +1,5 @@
 -- question: Which CPU ops cost the most GPU time and CPU time, per rank?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/launches
 -- columns:
 --   rank: rank

@@ -1,6 +1,6 @@
 -- question: Which kernels take the most GPU time in each phase (prefill, decode, mixed) of a serving engine's
 --   iterations, per rank?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/steps, lib/categories
 -- columns:
 --   rank: rank

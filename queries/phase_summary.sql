@@ -1,6 +1,6 @@
 -- question: How do a serving engine's iterations divide into prefill, decode and mixed, and what does each phase
 --   cost per iteration and per token, on each rank?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/steps
 -- columns:
 --   rank: rank

@@ -1,6 +1,6 @@
 -- question: How much does each step metric vary from step to step on each rank (the noise floor a diff of two
 --   runs must exceed)?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/exact, lib/steps
 -- columns:
 --   rank: rank

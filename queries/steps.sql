@@ -1,6 +1,6 @@
 -- question: How long is each training step (ProfilerStep#N) or serving iteration on each rank, and how does the GPU
 --   spend it?
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/steps
 -- columns:
 --   rank: rank

@@ -12,7 +12,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -54,23 +54,31 @@ class Inputs:
     given: tuple[str | Path, ...]  # as given (messages name these)
     dataset: Location | None = None  # the ingested dataset folder, when the input is exactly one
     files: tuple[Location, ...] = ()  # the trace files (directories expanded, sorted); empty for a dataset
+    graph_captures: tuple[Location, ...] = ()  # capture traces of the CUDA/HIP graphs the inputs replay
 
     @property
     def label(self) -> str:
         return ", ".join(map(str, self.given))
 
 
-def resolve_inputs(paths: str | Path | Iterable[str | Path] | Inputs) -> Inputs:
+def resolve_inputs(paths: str | Path | Iterable[str | Path] | Inputs,
+                   graph_captures: str | Path | Iterable[str | Path] = ()) -> Inputs:
     """What PATHS name: exactly one ingested dataset folder, or trace files and directories of them (checked to
     exist and be regular files; InputError naming the path otherwise). Each may be a local path or a URL
     (`s3://bucket/traces/`, any file system fsspec knows: tracekit.storage). Inputs already resolved are returned
-    as they are."""
+    as they are, GRAPH_CAPTURES added when given.
+
+    GRAPH_CAPTURES: trace files (or directories of them) of capturing the CUDA/HIP graphs the inputs replay
+    (`--graph-capture FILE`): each replayed kernel is owned by the op it was captured under
+    (tracekit.link.graph_capture). Checked like the inputs."""
+    captures = (graph_captures,) if isinstance(graph_captures, (str, Path)) else tuple(graph_captures)
+    found = tuple(find_trace_files(captures)) if captures else ()
     if isinstance(paths, Inputs):
-        return paths
+        return replace(paths, graph_captures=found) if found else paths
     given = (paths,) if isinstance(paths, (str, Path)) else tuple(paths)
     if len(given) == 1 and is_dataset(storage.location(given[0])):
-        return Inputs(given, dataset=storage.location(given[0]))
-    return Inputs(given, files=tuple(find_trace_files(given)))
+        return Inputs(given, dataset=storage.location(given[0]), graph_captures=found)
+    return Inputs(given, files=tuple(find_trace_files(given)), graph_captures=found)
 
 
 def resolve_captures(path: str | Path) -> list[Inputs] | None:

@@ -19,6 +19,7 @@ from tracekit.errors import InputError
 from tracekit.inputs import UNREADABLE, FileRun, Inputs, check_tables, refuse_unrelated, resolve_inputs
 from tracekit.link.edges import build_edges
 from tracekit.link.et import attach_execution_traces
+from tracekit.link.graph_capture import attach_graph_captures
 from tracekit.read.dataset import read_dataset
 from tracekit.read.kineto import FileTables, TraceParts, file_rank, rank_tables, read_trace
 from tracekit.read.ranks import pytorch_version
@@ -28,7 +29,8 @@ Progress = Callable[[Path, int], None]  # called after each file with (path, byt
 
 def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = None,
          progress: Progress | None = None, edges: bool = True, workers: int | None = None,
-         require_events: bool = True, as_ranks: bool = False) -> TraceTables:
+         require_events: bool = True, as_ranks: bool = False,
+         graph_captures: str | Path | Iterable[str | Path] = ()) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
     among the files are read and linked to them (tracekit.link.et).
 
@@ -43,13 +45,26 @@ def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = N
     with `require_events=False` such an input gives its tables anyway,
     to look at their `diagnostics` (why each entry was dropped). A cut trace file, whose complete entries are read,
     issues a `tracekit.CutTraceWarning` (and has a `truncated` row in `diagnostics`).
+
+    `graph_captures`: trace files of capturing the CUDA/HIP graphs the traces replay (`--graph-capture FILE`):
+    each replayed GPU op is matched to its captured launch and owned by the op it was captured under
+    (`graph_kernels` table; tracekit.link.graph_capture), what cannot be matched noted in `diagnostics`.
     """
-    inputs = resolve_inputs(paths)
+    inputs = resolve_inputs(paths, graph_captures)
     if inputs.dataset is not None:
         tables = read_dataset(inputs.dataset)
     else:
         tables = read_files(list(inputs.files), rank, progress, edges, workers, as_ranks)
-    return check_tables(tables, inputs, require_events)
+    return check_tables(with_graph_captures(tables, inputs, progress), inputs, require_events)
+
+
+def with_graph_captures(tables: TraceTables, inputs: Inputs, progress: Progress | None = None) -> TraceTables:
+    """TABLES with the replays of the graphs in INPUTS' capture traces owned by their captured ops. Each capture
+    file is read (and linked) on its own: captures of several batch sizes may all say the same rank."""
+    if not inputs.graph_captures:
+        return tables
+    captures = [read_files([path], None, progress, True, None, as_ranks=True) for path in inputs.graph_captures]
+    return attach_graph_captures(tables, captures)
 
 
 def read_files(files: list[Path], rank: int | None, progress: Progress | None, edges: bool,

@@ -166,7 +166,8 @@ DIAGNOSTICS = Table(
         _col("rank", I32, "", "Rank concerned (null when not known)."),
         _col("source_file", STR, "", "File concerned."),
         _col("position", I64, "", "Position in `traceEvents` (null for file-level notes); equals `events.id` for events."),
-        _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et; export for the notes a Chakra "
+        _col("stage", STR, "", "Stage that wrote the note: ingest, edges, et, capture (graph replays matched to a "
+             "capture, `graph_kernels`); export for the notes a Chakra "
              "export returns (`write_chakra(...).diagnostics`, reason chakra_fallback: one per fallback a node "
              "rests on)."),
         _col("reason", STR, "", "Short machine-readable reason (e.g. unknown_phase, bad_timestamp, bad_duration, "
@@ -249,7 +250,44 @@ ET_TENSORS = Table(
     ),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, INSTANTS, FLOWS, THREADS, PROCESSES, RANKS, DIAGNOSTICS, EDGES, ET_NODES, ET_TENSORS)}
+GRAPH_KERNELS = Table(
+    "graph_kernels",
+    "One row per GPU op a CUDA/HIP graph launch replayed that matched a launch of the graph's capture "
+    "(`--graph-capture FILE`, `tracekit.load(graph_captures=...)`; docs/categories.md, Graph replays): the op, "
+    "shapes and module stack the capture trace recorded around that launch call. A replayed GPU op no captured "
+    "launch matched has a `graph_capture_*` row in `diagnostics` instead (stage capture). Empty without a capture.",
+    ("rank", "id"),
+    (
+        RANK,
+        _col("id", I64, "", "`events.id` of the replayed GPU op (kernel, memcpy, memset)."),
+        _col("launch", I64, "", "`events.id` of the graph launch call (cudaGraphLaunch, hipGraphLaunch) that replayed it."),
+        _col("capture_file", STR, "", "The capture trace the matched launch is in."),
+        _col("graph", I32, "", "The captured graph within capture_file: its capture region (cudaStreamBeginCapture .. "
+             "EndCapture on one thread), numbered from 1 in start order."),
+        _col("position", I32, "", "Index of the matched launch call among its graph's launch calls, from 0, in call order."),
+        _col("captured_kernel", STR, "", "Kernel name the captured launch call recorded (`args.kernel`, as HIP "
+             "writes it); null where the call names none (CUDA's do not) or it is a memcpy or memset."),
+        _col("match", STR, "", "How the replayed op was paired: name (the n-th GPU op of that kernel name in the "
+             "launch ↔ the graph's n-th launch of it) or position (the capture names no kernels: the n-th GPU op of "
+             "the launch in start order ↔ the graph's n-th launch call, kinds agreeing)."),
+        _col("graphs_fitting", I32, "", "How many captured graphs fit the launch equally well (1: no doubt; more: "
+             "the earliest one was taken, and its shapes may be another's; a graph_capture_ambiguous note says so)."),
+        _col("owner_kind", STR, "", "What enclosed the captured launch call: op (a cpu_op), annotation or "
+             "python_frame (outside every op, as for ownership without a capture), none."),
+        _col("op_call", I64, "", "`events.id` in the capture trace of the owner (one call of it: a launch replays "
+             "each captured call once)."),
+        _col("op_name", STR, "", "The owner's name (the innermost cpu_op enclosing the launch call, else the "
+             "annotation or Python frame)."),
+        _col("input_dims", STR, "JSON", "The owner's `Input Dims` in the capture."),
+        _col("input_type", STR, "JSON", "The owner's `Input type` in the capture."),
+        _col("module", STR, "", "The innermost `nn.Module: ...` Python frame enclosing the launch call (with_stack / "
+             "with_modules captures), null when none."),
+        _col("module_stack", STR, "JSON", "Every `nn.Module: ...` frame enclosing the launch call, outermost first."),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (EVENTS, INSTANTS, FLOWS, THREADS, PROCESSES, RANKS, DIAGNOSTICS, EDGES, ET_NODES, ET_TENSORS,
+                                                GRAPH_KERNELS)}
 
 # Tables whose rows are built one-for-one (or by `source_entries`) from `traceEvents` entries.
 TRACE_ENTRY_TABLES = ("events", "instants", "flows", "threads", "processes")
@@ -297,8 +335,10 @@ EDGE_KINDS = {
 # The version of these tables as written to a Parquet dataset (`tracekit ingest`): readers elsewhere rely on it.
 # Any change to a table or column name or type must add a version here with the new fingerprint (a test checks),
 # and datasets written under another version are refused with a message saying to ingest again.
-SCHEMA_VERSION = 1
-FINGERPRINTS = {1: "4778422c53bf"}
+# Version 2 added `graph_kernels`; a version-1 dataset holds every other table unchanged and is read with it empty.
+SCHEMA_VERSION = 2
+FINGERPRINTS = {1: "4778422c53bf", 2: "925863ee2694"}
+READABLE_VERSIONS = (1, 2)
 
 
 def fingerprint() -> str:

@@ -1,6 +1,6 @@
 -- question: How many arithmetic operations and tensor bytes does each GPU compute node do (the num_ops and
 --   tensor_size of a Chakra compute node, which ASTRA-sim's roofline model runs on)?
--- inputs: events, edges, ranks, device_peaks, op_perf
+-- inputs: events, edges, graph_kernels, ranks, device_peaks, op_perf
 -- includes: lib/categories, lib/launches, lib/peaks
 -- columns:
 --   rank: rank

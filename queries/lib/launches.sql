@@ -1,5 +1,5 @@
 -- about: who launched which GPU work, as table macros shared by the analyses (defined once, used by several).
--- inputs: events, edges
+-- inputs: events, edges, graph_kernels
 -- includes: lib/categories, lib/iterations
 -- macros:
 --   gpu_ops(): every kernel, memcpy and memset with its launch call (call_id, null when none is in the trace).
@@ -10,11 +10,15 @@
 --     counts).
 --   launch_ancestors(): for every launch call, each event above it on its thread (via nest edges): node,
 --     node_kind, depth (1 = the call's parent), ops_passed (cpu_ops from the call up to the node, inclusive), and
---     the call's GPU ops, kernels and GPU time. Found by a recursive CTE that climbs one tree level per iteration for
+--     the call's GPU ops, kernels and GPU time (those of its GPU ops no graph capture owns). Found by a recursive CTE that climbs one tree level per iteration for
 --     all calls at once.
 --   gpu_op_owners(): gpu_ops() plus the innermost enclosing cpu_op of the launch call (op_id, op_name), and the
---     GPU op's owner by the first rule that applies: owner_id, owner_name, attribution (op, annotation,
---     python_frame, graph_launch, none) and unowned_reason (see kernel_by_op).
+--     GPU op's owner by the first rule that applies: owner_id, owner_name, attribution (capture, op, annotation,
+--     python_frame, graph_launch, none) and unowned_reason (see kernel_by_op). A replayed GPU op matched to its
+--     graph's capture (graph_kernels) is owned by the captured owner: attribution capture, owner_name its name,
+--     op_name too where that is an op, owner_id and op_id null (the owner is an event of the capture trace).
+--   captured_calls(): one row per call of a captured owner a graph launch replayed (graph_kernels): name, shapes,
+--     GPU time and GPU ops of the replayed GPU ops it owns; what op_rollup adds to the op calls.
 --   op_rollup(by_shape): op_calls() summed per (rank, name) or per (rank, name, input_dims, input_type), plus the
 --     GPU time no cpu_op owns: a row per other owner name (annotation, Python frame, graph launch; count = their
 --     calls, CPU time = their durations, no self time or shapes) and a row per reason nothing owns it (name
@@ -41,11 +45,14 @@ create or replace macro launch_ancestors() as table
         from edges n left join events p on p.rank = n.rank and p.id = n.src
         where n.kind = 'nest'
     ),
+    -- a replayed GPU op its graph's capture owns (graph_kernels) is not the launching call's: its captured op has it
     calls as materialized (
-        select rank, call_id, count(*) as gpu_ops, count(*) filter (where kind = 'kernel') as kernels,
-               sum(dur) as gpu_ns
-        from gpu_ops() where call_id is not null
-        group by rank, call_id
+        select g.rank, g.call_id, count(*) as gpu_ops, count(*) filter (where g.kind = 'kernel') as kernels,
+               sum(g.dur) as gpu_ns
+        from gpu_ops() g
+        anti join (from graph_kernels where owner_kind <> 'none') k on k.rank = g.rank and k.id = g.id
+        where g.call_id is not null
+        group by g.rank, g.call_id
     ),
     climb(rank, call_id, node, node_kind, depth, ops_passed) as (
         select rank, call_id, call_id, null::varchar, 0, 0 from calls
@@ -130,27 +137,48 @@ create or replace macro gpu_op_owners() as table
     ),
     goo_owned as (
         select g.*, h.owner_id as host_owner_id, h.attribution as host_attribution, gr.graph, gr.kernels,
-               gr.call_name
+               gr.call_name, ck.op_name as captured_owner, ck.owner_kind as captured_kind
         from goo_gpu g
         left join goo_host_owner h on h.rank = g.rank and h.call_id = g.call_id
         left join goo_graphs gr on gr.rank = g.rank and gr.call_id = g.call_id
+        left join graph_kernels ck on ck.rank = g.rank and ck.id = g.id and ck.owner_kind <> 'none'
     )
     select o.rank, o.id, o.kind, o.name, o.device, o.stream, o.start_ns, o.end_ns, o.dur, o.call_id,
-           if(o.host_attribution = 'op', o.host_owner_id, null) as op_id,
-           if(o.host_attribution = 'op', e.name, null) as op_name,
-           coalesce(o.host_owner_id, if(o.graph is not null, o.call_id, null)) as owner_id,
-           case when o.host_owner_id is not null then e.name
+           if(o.host_attribution = 'op' and o.captured_owner is null, o.host_owner_id, null) as op_id,
+           case when o.captured_owner is not null then if(o.captured_kind = 'op', o.captured_owner, null)
+                when o.host_attribution = 'op' then e.name end as op_name,
+           if(o.captured_owner is null, coalesce(o.host_owner_id, if(o.graph is not null, o.call_id, null)), null)
+               as owner_id,
+           case when o.captured_owner is not null then o.captured_owner
+                when o.host_owner_id is not null then e.name
                 when o.graph is not null
                     then printf('%s[graph %d, %d kernels]', o.call_name, o.graph, o.kernels) end as owner_name,
-           coalesce(o.host_attribution, if(o.graph is not null, 'graph_launch', 'none')) as attribution,
+           case when o.captured_owner is not null then 'capture'
+                else coalesce(o.host_attribution, if(o.graph is not null, 'graph_launch', 'none')) end as attribution,
            case when o.call_id is null then 'no launch call in the trace'
-                when o.host_owner_id is null and o.graph is null
+                when o.captured_owner is null and o.host_owner_id is null and o.graph is null
                     then 'launch call outside every op, annotation and Python frame' end as unowned_reason
     from goo_owned o
     left join events e on e.rank = o.rank and e.id = o.host_owner_id;
 
+-- a captured owner's call is one (launch, capture file, owner) triple: each launch replays each captured call once
+create or replace macro captured_calls() as table
+    select k.rank, k.op_name as name, k.input_dims, k.input_type, sum(coalesce(g.dur, 0)) as direct_ns,
+           count(*) as direct_gpu_ops, count(*) filter (where g.kind = 'kernel') as direct_kernels
+    from graph_kernels k
+    join events g on g.rank = k.rank and g.id = k.id
+    where k.owner_kind <> 'none'
+    group by k.rank, k.launch, k.capture_file, k.op_call, k.op_name, k.input_dims, k.input_type;
+
 create or replace macro op_rollup(by_shape) as table
-    with grouped as (
+    with calls as (
+        select rank, name, input_dims, input_type, dur, self_ns, direct_ns, owned_subtree_ns, direct_gpu_ops
+        from op_calls()
+        union all
+        -- replayed calls of captured owners: no CPU time of their own in the replay; their subtree is their own
+        select rank, name, input_dims, input_type, 0, 0, direct_ns, direct_ns, direct_gpu_ops from captured_calls()
+    ),
+    grouped as (
         select rank, name,
                if(by_shape, input_dims, null) as input_dims, if(by_shape, input_type, null) as input_type,
                count(*) as count,
@@ -165,7 +193,7 @@ create or replace macro op_rollup(by_shape) as table
                min(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_min_us,
                max(direct_ns) filter (where direct_gpu_ops > 0) / 1e3 as kernel_max_us,
                sum(direct_gpu_ops)::bigint as direct_gpu_ops
-        from op_calls()
+        from calls
         group by all
     ),
     -- GPU time no cpu_op owns: its owners (annotations, Python frames, graph launches), one row per name; what no
@@ -175,7 +203,7 @@ create or replace macro op_rollup(by_shape) as table
                o.owner_id, sum(o.dur) as direct_ns, count(*) as gpu_ops, any_value(e.dur) as owner_dur
         from gpu_op_owners() o
         left join events e on e.rank = o.rank and e.id = o.owner_id
-        where o.attribution <> 'op'
+        where o.attribution not in ('op', 'capture')
         group by o.rank, 2, o.owner_id
     ),
     other_grouped as (

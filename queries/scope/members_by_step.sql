@@ -1,6 +1,6 @@
 -- question: Which events belong to the chosen steps (step_members(): the one step definition)?
 -- outputs: step_scope_members_by_step (a temp table)
--- inputs: events, edges, $ranks (a list of ranks; null: every rank), $step (null: every step)
+-- inputs: events, edges, graph_kernels, $ranks (a list of ranks; null: every rank), $step (null: every step)
 -- includes: lib/steps
 -- columns:
 --   rank: rank

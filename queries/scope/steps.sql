@@ -1,5 +1,5 @@
 -- question: Which ProfilerStep numbers do the ranks asked for have (what a --step may name)?
--- inputs: events, edges (through step_windows()), $ranks (a list of ranks; null: every rank)
+-- inputs: events, edges, graph_kernels (through step_windows()), $ranks (a list of ranks; null: every rank)
 -- includes: lib/steps
 -- columns:
 --   step: step number, ascending

@@ -1,6 +1,6 @@
 -- question: Which (rank, step) scopes hold events, and what rank does each scope get?
 -- outputs: step_scopes (a temp table)
--- inputs: step_scope_members_by_step (scope/members_by_step.sql), events, edges (through step_windows()), $step
+-- inputs: step_scope_members_by_step (scope/members_by_step.sql), events, edges, graph_kernels (through step_windows()), $step
 -- includes: lib/steps
 -- columns:
 --   rank: rank

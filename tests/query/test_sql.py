@@ -162,11 +162,27 @@ def test_an_older_schema_version_is_refused_clearly(tmp_path, dlrm_dataset):
     old = tmp_path / "old"
     old.mkdir()
     marker = json.loads((dlrm_dataset / "_tracekit.json").read_text())
-    (old / "_tracekit.json").write_text(json.dumps({**marker, "schema_version": schema.SCHEMA_VERSION - 1}))
-    with pytest.raises(InputError, match=f"schema version {schema.SCHEMA_VERSION - 1}.*ingest the traces again"):
+    unreadable = min(schema.READABLE_VERSIONS) - 1
+    (old / "_tracekit.json").write_text(json.dumps({**marker, "schema_version": unreadable}))
+    with pytest.raises(InputError, match=f"schema version {unreadable}.*ingest the traces again"):
         tracekit.open(old)
     result = run_cli("sql", "select count(*) from events", str(old))
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "schema version" in result.stderr
+
+
+def test_a_version_1_dataset_is_read_with_no_graph_kernels(tmp_path, dlrm_dataset):
+    """Version 2 only added graph_kernels: a dataset written before it (no such folder, version 1) still reads."""
+    import shutil
+    old = tmp_path / "v1"
+    shutil.copytree(dlrm_dataset, old)
+    shutil.rmtree(old / "graph_kernels", ignore_errors=True)
+    marker = json.loads((old / "_tracekit.json").read_text())
+    marker["tables"].pop("graph_kernels", None)
+    (old / "_tracekit.json").write_text(json.dumps({**marker, "schema_version": 1}))
+    tables = tracekit.load(old)
+    assert tables.events.num_rows == tracekit.load(dlrm_dataset).events.num_rows and tables.graph_kernels.num_rows == 0
+    with tracekit.open(old) as db:
+        assert db.sql("select count(*) as n from graph_kernels")["n"][0] == 0
 
 
 def test_the_schema_version_moves_with_the_schema():

@@ -148,7 +148,7 @@ def input_warnings_reported() -> Iterator[None]:
 @contextmanager
 def progress_bar(inputs: Inputs) -> Iterator:
     """The `progress` callback of `load`: a bar on a terminal when the input is several files or large, else None."""
-    files = inputs.files
+    files = inputs.files + inputs.graph_captures
     if not files or len(files) == 1 and storage.size(files[0]) < 20_000_000 or not stderr.is_terminal:
         with working(f"reading {inputs.label}"):
             yield None
@@ -191,9 +191,14 @@ def working(what: str) -> Iterator[None]:
 def load_traces(paths: Iterable[str] | Inputs, rank: int | None = None) -> TraceTables:
     """`tracekit.load` (its input rules: InputError for no events or for files that are not ranks of one run unless
     the command was given --as-ranks, a warning line per cut trace file), with a progress bar."""
-    inputs = resolve_inputs(paths)
+    inputs = command_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
         return load(inputs, rank=rank, progress=progress, as_ranks=as_ranks_given())
+
+
+def command_inputs(paths: Iterable[str] | Inputs) -> Inputs:
+    """PATHS resolved, with the command's --graph-capture files: every command that reads traces resolves them here."""
+    return resolve_inputs(paths, graph_captures_given())
 
 
 AS_RANKS = "tracekit_as_ranks"  # the context's meta key --as-ranks sets
@@ -203,17 +208,40 @@ def remember_as_ranks(ctx: click.Context, _param, value: bool) -> None:
     ctx.meta[AS_RANKS] = value
 
 
-# On every command that reads traces: load_traces / open_database read it from the context, so a command's function
-# does not pass it along.
-as_ranks_option = click.option(
-    "--as-ranks", is_flag=True, expose_value=False, callback=remember_as_ranks,
-    help="Read the trace files as ranks of one run even where they disagree (world size, device, PyTorch version) "
-         "or their time spans do not overlap; without it such files are refused.")
+GRAPH_CAPTURES = "tracekit_graph_captures"  # the context's meta key --graph-capture sets
+
+
+def remember_graph_captures(ctx: click.Context, _param, value: tuple[str, ...]) -> None:
+    ctx.meta[GRAPH_CAPTURES] = value
+
+
+def trace_input_options(command):
+    """The options of every command that reads traces. load_traces / open_database / on_cluster read them from the
+    context (command_inputs), so a command's function does not pass them along."""
+    as_ranks = click.option(
+        "--as-ranks", is_flag=True, expose_value=False, callback=remember_as_ranks,
+        help="Read the trace files as ranks of one run even where they disagree (world size, device, PyTorch "
+             "version) or their time spans do not overlap; without it such files are refused.")
+    graph_capture = click.option(
+        "--graph-capture", multiple=True, expose_value=False, callback=remember_graph_captures, metavar="FILE",
+        help="A trace of capturing the CUDA/HIP graphs the traces replay (repeatable; a directory: its trace files): "
+             "each replayed kernel is owned by the op, shapes and module stack it was captured under "
+             "(docs/categories.md, Graph replays).")
+    return as_ranks(graph_capture(command))
+
+
+# The name the command modules apply it by (kept while cli/traces.py and cli/compare.py are being restructured).
+as_ranks_option = trace_input_options
 
 
 def as_ranks_given() -> bool:
     ctx = click.get_current_context(silent=True)
     return bool(ctx and ctx.meta.get(AS_RANKS))
+
+
+def graph_captures_given() -> tuple[str, ...]:
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get(GRAPH_CAPTURES, ())) if ctx else ()
 
 
 peak_option = click.option(
@@ -242,7 +270,9 @@ def on_cluster(scheduler: str, paths: Iterable[str]) -> Iterator:
     from tracekit.cluster.runs import refuse_execution_traces
     from tracekit.cluster.scheduler import check_scheduler, dask_client
     check_scheduler(scheduler)
-    inputs = resolve_inputs(paths)
+    inputs = command_inputs(paths)
+    if inputs.graph_captures:
+        raise InputError("--graph-capture: not supported with --scheduler yet (run without it)")
     refuse_execution_traces(inputs)
     with input_warnings_reported(), dask_client(scheduler) as client:
         yield client, inputs
@@ -252,6 +282,6 @@ def open_database(paths: Iterable[str], rank: int | None = None, safe: bool = Fa
     """`tracekit.open` as `load_traces` reads: traces are read, a dataset is opened in place (read, when safe)."""
     from tracekit.query.database import open_traces
 
-    inputs = resolve_inputs(paths)
+    inputs = command_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
         return open_traces(inputs, rank=rank, progress=progress, safe=safe, as_ranks=as_ranks_given())

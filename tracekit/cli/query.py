@@ -79,7 +79,8 @@ def sql_command(query_and_inputs, query_file, rank, safe, peak_file, fmt, out_pa
     place). Without a QUERY, a prompt where each line is a query (from a pipe: each line of standard input).
 
     \b
-    Tables: events, edges, instants, flows, threads, processes, ranks, diagnostics, et_nodes, et_tensors
+    Tables: events, edges, instants, flows, threads, processes, ranks, diagnostics, et_nodes, et_tensors,
+    graph_kernels
     (`tracekit schema`), and device_peaks (the devices' peak rates: docs/perf_models.md, --peak FILE). Each analysis is a view of its name (`tracekit queries`): select * from op_summary.
     Macros: ancestors(rank, id), descendants(rank, id), overlapping(rank, id), step_events(step), step_members(),
     gpu_ops(), op_calls(), step_windows(), op_category(name), ... (.macros at the prompt).

@@ -123,11 +123,16 @@ def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
                    "marks them; --steps iterations, 2 x --scale layers), decode replayed from CUDA graphs.")
 @click.option("--graph-launch", type=click.Choice(["frame", "bare"]), default="frame", show_default=True,
               help="With --serving: graph launches inside torch's replay Python frame, or bare (no Python stacks).")
+@click.option("--with-capture", "graph_capture", type=click.Choice(["hip", "cuda"]), default=None,
+              help="With --serving: also write capture/rank{r}.json, the trace of capturing the decode graphs (read "
+                   "it with --graph-capture); hip launch calls name their kernel, cuda ones do not.")
+@click.option("--capture-mismatch", type=click.Choice(["missing", "extra"]), default=None,
+              help="With --with-capture: the capture lacks each graph's last launch, or has one more than the replays.")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for rank{r}.json and ground_truth.json.")
 @user_errors
 def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, queued_kernels, expert_parallel, merged,
-          gzip_output, serving, graph_launch, out_dir):
+          gzip_output, serving, graph_launch, graph_capture, capture_mismatch, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job (or, with --serving, of an LLM serving
     engine), with their exact ground truth."""
     from tracekit import synth as synthetic
@@ -137,11 +142,16 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, que
                              "traces only")
         config = synthetic.ServingConfig(engine=serving, ranks=ranks, iterations=steps, layers=max(1, round(2 * scale)),
                                          seed=seed, graph_launch=graph_launch, queued_kernels=queued_kernels,
+                                         graph_capture=graph_capture or "", capture_mismatch=capture_mismatch or "",
                                          gzip=gzip_output)
-        paths = synthetic.write(synthetic.synthesize_serving(config), out_dir)
+        synthesis = synthetic.synthesize_serving(config)
+        paths = synthetic.write(synthesis, out_dir)
         stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
-                     f"({ranks} ranks, {steps} {serving} iterations each) and {synthetic.GROUND_TRUTH_FILE}")
+                     f"({ranks} ranks, {steps} {serving} iterations each), "
+                     + "".join(f"{c}, " for c in synthesis.captures) + synthetic.GROUND_TRUTH_FILE)
         return
+    if graph_capture or capture_mismatch:
+        raise InputError("--with-capture and --capture-mismatch apply to --serving traces only")
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                drift=drift,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,

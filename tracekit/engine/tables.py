@@ -34,6 +34,7 @@ class TraceTables:
     edges: pa.Table = _empty("edges")
     et_nodes: pa.Table = _empty("et_nodes")
     et_tensors: pa.Table = _empty("et_tensors")
+    graph_kernels: pa.Table = _empty("graph_kernels")
     device_peaks: pa.Table | None = None
 
     @classmethod

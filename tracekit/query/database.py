@@ -129,19 +129,20 @@ class TraceDatabase:
 
 
 def open_traces(inputs: str | Path | list[str | Path] | Inputs, rank: int | None = None,
-                progress=None, safe: bool = False, as_ranks: bool = False) -> TraceDatabase:
+                progress=None, safe: bool = False, as_ranks: bool = False,
+                graph_captures: str | Path | list[str | Path] = ()) -> TraceDatabase:
     """Open trace files, directories of ranks, or one ingested dataset (in place, nothing re-parsed).
 
-    `rank`, `progress` and `as_ranks` as in `tracekit.load`, and the same input rules: InputError for an input with
+    `rank`, `progress`, `as_ranks` and `graph_captures` as in `tracekit.load`, and the same input rules: InputError for an input with
     no events or for files that are not ranks of one run,
     a `tracekit.CutTraceWarning` for each cut trace file (in a dataset: each cut when it was ingested).
     `safe=True`: for SQL written by others; queries may not touch files, URLs, extensions or settings, and one that
     tries raises InputError. A dataset is then read whole into memory (Arrow) instead of opened in place.
     """
-    inputs = resolve_inputs(inputs)
+    inputs = resolve_inputs(inputs, graph_captures)
     if safe:
         return from_tables(load(inputs, rank=rank, progress=progress, as_ranks=as_ranks), inputs.label, safe=True)
-    if inputs.dataset is not None:
+    if inputs.dataset is not None and not inputs.graph_captures:  # with captures: read, then matched to them
         db = open_dataset(inputs.dataset)
         warn_about_files(db.sql_arrow(f"from diagnostics where reason in ('truncated', '{UNREADABLE}')"))
         return db

@@ -4,7 +4,7 @@ A step's events are step_members() (queries/lib/steps.sql), the one definition e
 diff's per-step values use. Each chosen (rank, step) is a scope with a rank of its own, `scope_rank`: the step's rank
 when one step is kept, or, to compute an analysis for every step in one run (analyses key on rank), one pseudo-rank
 per (rank, step). A scope holds:
-  - events: the step's members;
+  - events: the step's members; graph_kernels: the rows of those (replayed GPU ops matched to their capture);
   - edges: those between two events of the same scope, and the et_* edges of the scope's rank (Execution Trace
     nodes belong to no step);
   - instants, flows: those starting inside the step's CPU window;
@@ -30,7 +30,8 @@ from tracekit.errors import InputError
 SCOPES = "step_scopes"  # rank, step, scope_rank, start_ns, end_ns (the CPU step window): scope/windows.sql
 MEMBERS = "step_scope_members"  # rank, id, scope_rank: scope/members.sql
 # How each table is scoped: queries/scope/NAME.sql over the relation `scoped_source`.
-SCOPE_QUERY = {"events": "events", "edges": "edges", "instants": "in_window", "flows": "in_window"}
+SCOPE_QUERY = {"events": "events", "edges": "edges", "instants": "in_window", "flows": "in_window",
+               "graph_kernels": "events"}
 
 
 def define_scopes(con: duckdb.DuckDBPyConnection, *, ranks: list[int] | None = None, step: int | None = None

@@ -31,7 +31,7 @@ def check_dataset(path: Location) -> dict:
             or not isinstance(manifest.get("tables"), dict):
         raise InputError(f"{marker}: not a tracekit dataset marker (format, schema_version, tables)")
     version = manifest.get("schema_version", "unknown")
-    if version != schema.SCHEMA_VERSION:
+    if version not in schema.READABLE_VERSIONS:
         advice = ("upgrade tracekit to read it" if isinstance(version, int) and version > schema.SCHEMA_VERSION
                   else "ingest the traces again with this tracekit (`tracekit ingest TRACES -o DIR --force`)")
         raise InputError(f"{path}: dataset written with tracekit schema version {version}, this tracekit reads "

@@ -9,6 +9,13 @@ copy (aten::copy_), then the forward: eager ops for prefill and mixed iterations
 iteration annotation), and for mixed iterations a kernel
 launched under a `sample_tokens` annotation with no op. Work queued before the profiling window (no launch call)
 runs during the first iteration. The ownership rules these exercise are kernel_by_op's.
+
+With `graph_capture` (hip or cuda) each rank also gets the trace of capturing its decode graphs
+(`capture/rank{r}.json`): per graph a capture region (StreamBeginCapture .. EndCapture) under which every kernel's
+launch call sits in its op, inside `nn.Module: DecoderLayer_{i}` and `nn.Module: LlamaForCausalLM_0` frames; hip
+launch calls name their kernel (`args.kernel`), cuda ones do not. `capture_mismatch` makes the capture disagree with
+the replays: missing (the capture lacks each graph's last launch) or extra (one more launch, a memset, that no replay
+runs). The ground truth then also says who owns every GPU op with the capture read (`owners_with_capture`).
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ from dataclasses import asdict, dataclass
 
 from tracekit.errors import InputError
 from tracekit.synth.job import BASE_TIME_NS, FIRST_CORRELATION, HOST_PID, TRACE_START_NS
-from tracekit.synth.writer import Synthesis, device_properties
+from tracekit.synth.writer import CAPTURE_DIR, Synthesis, device_properties
 
 ENGINES = ("vllm", "sglang")
 GRAPH_PLACES = ("frame", "bare")
+CAPTURES = ("", "hip", "cuda")  # no capture trace; launch calls that name their kernel (HIP); that do not (CUDA)
+MISMATCHES = ("", "missing", "extra")
 STREAM = 7
 LAUNCH_LATENCY = 6_000
 GAP = 700  # host time between consecutive calls
@@ -54,6 +63,8 @@ class ServingConfig:
     seed: int = 0
     graph_launch: str = "frame"  # the decode graph's launch: inside torch's replay frame, or bare
     queued_kernels: int = 0
+    graph_capture: str = ""  # also write the trace of capturing the decode graphs: hip or cuda launch calls
+    capture_mismatch: str = ""  # the capture lacks each graph's last launch (missing) or has one more (extra)
     merged: bool = False  # the writer's option (never set: one rank file per rank)
     gzip: bool = False
 
@@ -62,6 +73,11 @@ class ServingConfig:
             raise InputError(f"--serving {self.engine}: not one of {', '.join(ENGINES)}")
         if self.graph_launch not in GRAPH_PLACES:
             raise InputError(f"--graph-launch {self.graph_launch}: not one of {', '.join(GRAPH_PLACES)}")
+        if self.graph_capture not in CAPTURES or self.capture_mismatch not in MISMATCHES:
+            raise InputError(f"--with-capture {self.graph_capture} / --capture-mismatch {self.capture_mismatch}: not "
+                             f"one of hip, cuda / missing, extra")
+        if self.capture_mismatch and not self.graph_capture:
+            raise InputError("--capture-mismatch: needs --with-capture")
         if self.ranks < 1 or self.iterations < 1 or self.layers < 1 or self.queued_kernels < 0:
             raise InputError("--ranks, --steps (iterations) and --scale (layers) must be at least 1, "
                              "--queued-kernels at least 0")
@@ -120,6 +136,8 @@ class ServingSim:
         self.host: list[dict] = []
         self.gpu: list[dict] = []
         self.owners: dict[tuple[str, str | None], int] = defaultdict(int)  # (attribution, owner) → ns
+        self.owners_with_capture: dict[tuple[str, str | None], int] = defaultdict(int)  # the same, capture read
+        self.unmatched = 0  # replayed GPU ops the capture has no launch for
         self.graphs: dict[tuple[str, ...], int] = {}  # a graph's kernel names → its number, by first launch
         self.iterations: list[dict] = []
         self.iteration_gpu: list[int] = []
@@ -148,15 +166,18 @@ class ServingSim:
             self.iteration_gpu.extend([start, start + dur])
         return dur
 
-    def launch(self, runtime: str, ops: list[tuple[str, str, int]], owner: tuple[str, str | None]) -> None:
-        """A runtime call launching `ops` (cat, name, ns) with one correlation, all owned by `owner`."""
+    def launch(self, runtime: str, ops: list[tuple[str, str, int]], owner: tuple[str, str | None],
+               captured: list[tuple[str, str | None]] | None = None) -> None:
+        """A runtime call launching `ops` (cat, name, ns) with one correlation, all owned by `owner`; CAPTURED: each
+        op's owner when the graph's capture is read (default: `owner`)."""
         self.correlation += 1
         start, dur = self.now, 4_000
         self.event("cuda_runtime", runtime, start, dur, {"correlation": self.correlation, "cbid": 211})
         self.host.append({"ph": "s", "id": self.correlation, "pid": self.pid, "tid": self.tid, "ts": start / 1000,
                           "cat": "ac2g", "name": "ac2g"})
-        for cat, name, ns in ops:
+        for (cat, name, ns), with_capture in zip(ops, captured or [owner] * len(ops)):
             self.owners[owner] += self.gpu_op(cat, name, ns, self.correlation, start)
+            self.owners_with_capture[with_capture] += ns
         self.now += dur
 
     def kernel_ns(self, name: str, tokens: int) -> int:
@@ -179,11 +200,19 @@ class ServingSim:
         names = tuple(gemm if k == "GEMM" else k for _ in range(self.config.layers) for k, _ in LAYER)
         graph = self.graphs.setdefault(names, len(self.graphs) + 1)
         kernels = [("kernel", n, self.kernel_ns(n, it.generation)) for n in names]
+        owner = (("python_frame", REPLAY_FRAME) if self.config.graph_launch == "frame"
+                 else ("graph_launch", f"cudaGraphLaunch[graph {graph}, {len(names)} kernels]"))
+        captured = None
+        if self.config.graph_capture:
+            ops = [op for _ in range(self.config.layers) for _, op in LAYER]
+            captured = [("capture", op) for op in ops]
+            if self.config.capture_mismatch == "missing":  # the capture lacks the last launch
+                captured[-1] = owner
+                self.unmatched += 1
         if self.config.graph_launch == "frame":
-            self.span("python_function", REPLAY_FRAME,
-                      lambda: self.launch("cudaGraphLaunch", kernels, ("python_frame", REPLAY_FRAME)))
+            self.span("python_function", REPLAY_FRAME, lambda: self.launch("cudaGraphLaunch", kernels, owner, captured))
         else:
-            self.launch("cudaGraphLaunch", kernels, ("graph_launch", f"cudaGraphLaunch[graph {graph}, {len(names)} kernels]"))
+            self.launch("cudaGraphLaunch", kernels, owner, captured)
 
     def iteration_body(self, it: Iteration) -> None:
         # "bare": a capture without Python stacks, so the graph launch sits under the iteration annotation alone
@@ -251,14 +280,82 @@ class ServingSim:
                 "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_TIME_NS}
 
     def truth(self) -> dict:
-        by_attribution: dict[str, int] = defaultdict(int)
-        for (attribution, _), ns in self.owners.items():
-            by_attribution[attribution] += ns
-        return {"rank": self.rank, "iterations": self.iterations,
-                "owners": [{"attribution": a, "owner": o, "ns": ns} for (a, o), ns in sorted(
-                    self.owners.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))],
-                "ns_by_attribution": dict(sorted(by_attribution.items())),
-                "gpu_ns": sum(self.owners.values())}
+        truth = {"rank": self.rank, "iterations": self.iterations, **owner_truth(self.owners, ""),
+                 "gpu_ns": sum(self.owners.values())}
+        if self.config.graph_capture:
+            truth |= owner_truth(self.owners_with_capture, "_with_capture")
+            truth["capture"] = {"file": capture_file_name(self.rank, self.config), "graphs": self.captured_graphs(),
+                                "unmatched_gpu_ops": self.unmatched}
+        return truth
+
+    def captured_graphs(self) -> list[dict]:
+        """What the capture trace holds: per graph (numbered as captured), each launch's kernel, op and module."""
+        return [{"graph": number, "launches": capture_launches(names, self.config)}
+                for names, number in sorted(self.graphs.items(), key=lambda kv: kv[1])]
+
+    def capture_document(self, world: int) -> dict:
+        """The trace of capturing this rank's decode graphs, on its own clock (before the serving trace)."""
+        prefix = "hip" if self.config.graph_capture == "hip" else "cuda"
+        cap = ServingSim(self.config, self.rank)
+        for graph in self.captured_graphs():
+            def region(graph=graph):
+                cap.runtime(f"{prefix}StreamBeginCapture")
+                cap.span("python_function", "nn.Module: LlamaForCausalLM_0", lambda: capture_layers(cap, graph))
+                cap.runtime(f"{prefix}StreamEndCapture")
+                cap.runtime(f"{prefix}GraphInstantiateWithFlags")
+            cap.span("user_annotation", f"capture_graph_{graph['graph']}", region)
+        return {**cap.document(world), "traceName": f"capture_rank{self.rank}.json"}
+
+    def runtime(self, name: str, kernel: str | None = None) -> None:
+        self.correlation += 1
+        args = {"correlation": self.correlation, "cbid": 211} | ({"kernel": kernel} if kernel else {})
+        self.event("cuda_runtime", name, self.now, 4_000, args)
+        self.now += 4_000 + GAP
+
+
+def capture_layers(cap: ServingSim, graph: dict) -> None:
+    """The capture of one graph: each launch inside its op, the ops inside their layer's module frame."""
+    prefix = "hip" if cap.config.graph_capture == "hip" else "cuda"
+    by_module: dict[str, list[dict]] = defaultdict(list)
+    for launch in graph["launches"]:
+        by_module[launch["module"]].append(launch)
+    for module, launches in by_module.items():
+        def ops(launches=launches):
+            for launch in launches:
+                call = f"{prefix}MemsetAsync" if launch["kind"] == "memset" else f"{prefix}LaunchKernel"
+                named = launch["kernel"] if prefix == "hip" and launch["kind"] == "kernel" else None
+                cap.span("cpu_op", launch["op"], lambda call=call, named=named: cap.runtime(call, named),
+                         {"Input Dims": [[32, 4096]], "Input type": ["c10::BFloat16"]})
+        cap.span("python_function", module, ops)
+
+
+def capture_launches(names: tuple[str, ...], config: ServingConfig) -> list[dict]:
+    """A graph's captured launches (kernel, kind, op, module) for its kernel NAMES, as capture_mismatch has them."""
+    ops = [op for _ in range(config.layers) for _, op in LAYER]
+    per_layer = len(LAYER)
+    launches = [{"kernel": name, "kind": "kernel", "op": op, "module": f"nn.Module: DecoderLayer_{i // per_layer}"}
+                for i, (name, op) in enumerate(zip(names, ops))]
+    if config.capture_mismatch == "missing":
+        return launches[:-1]
+    if config.capture_mismatch == "extra":  # a memset no replay runs
+        return launches + [{"kernel": None, "kind": "memset", "op": "aten::zero_",
+                            "module": f"nn.Module: DecoderLayer_{config.layers - 1}"}]
+    return launches
+
+
+def capture_file_name(rank: int, config: ServingConfig) -> str:
+    return f"{CAPTURE_DIR}/rank{rank}.json" + (".gz" if config.gzip else "")
+
+
+
+
+def owner_truth(owners: dict[tuple[str, str | None], int], suffix: str) -> dict:
+    by_attribution: dict[str, int] = defaultdict(int)
+    for (attribution, _), ns in owners.items():
+        by_attribution[attribution] += ns
+    return {f"owners{suffix}": [{"attribution": a, "owner": o, "ns": ns} for (a, o), ns in sorted(
+                owners.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))],
+            f"ns_by_attribution{suffix}": dict(sorted(by_attribution.items()))}
 
 
 SERVING_DEFINITIONS = {
@@ -266,6 +363,12 @@ SERVING_DEFINITIONS = {
                   "where the marker does not say: SGLang's DECODE), CPU window (the annotation) and GPU window "
                   "(first start to last end of the GPU ops launched inside it); holds_queued_work: GPU work with no "
                   "launch call runs inside its CPU window",
+    "owners_with_capture": "with --with-capture: the owners when the capture (capture/rank{r}.json, read with "
+                           "--graph-capture) is read too: a replayed kernel its capture has a launch for is owned by "
+                           "(capture, the op it was captured under); the others as in owners",
+    "capture": "with --with-capture: the capture file, each captured graph's launches in order (kernel, kind, op, "
+               "module: the captured owner of the replayed kernel at that place; kernel names are in the file only "
+               "for hip), and unmatched_gpu_ops (replayed kernels with no captured launch: --capture-mismatch missing)",
     "owners": "GPU time (ns) per owner, by kernel_by_op's rules: op (innermost cpu_op of the launch call), "
               "annotation / python_frame (innermost non-marker annotation or frame), graph_launch "
               "(cudaGraphLaunch[graph N, K kernels], graphs numbered by first launch of their kernel-name sequence), "
@@ -276,13 +379,15 @@ SERVING_DEFINITIONS = {
 def synthesize_serving(config: ServingConfig) -> Synthesis:
     config.check()
     plan_rng = random.Random(config.seed)
-    documents, ranks = [], []
+    documents, ranks, captures = [], [], {}
     plan = plan_iterations(config, plan_rng)
     for rank in range(config.ranks):
         sim = ServingSim(config, rank)
         sim.run(plan)
         documents.append(sim.document(config.ranks))
         ranks.append(sim.truth())
+        if config.graph_capture:
+            captures[capture_file_name(rank, config)] = sim.capture_document(config.ranks)
     truth = {"generator": "tracekit synth --serving", "config": asdict(config), "base_time_ns": BASE_TIME_NS,
              "definitions": SERVING_DEFINITIONS, "ranks": ranks}
-    return Synthesis(config, None, documents, truth)
+    return Synthesis(config, None, documents, truth, captures)

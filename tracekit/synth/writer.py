@@ -7,7 +7,7 @@ import gzip
 import json
 import re
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -18,6 +18,8 @@ from tracekit.read.entries import gc_paused
 from tracekit.synth.ground_truth import GROUND_TRUTH_FILE, TRUTH_DEFINITIONS, rank_truth
 from tracekit.synth.job import BASE_TIME_NS, GPUS_PER_NODE, MERGED_DIR, MERGED_PID_STRIDE, Model, SynthConfig
 from tracekit.synth.simulation import simulate
+
+CAPTURE_DIR = "capture"  # serving graph captures (tracekit.synth.serving), beside the rank files, not among them
 
 # --------------------------------------------------------------------------- files
 
@@ -30,6 +32,7 @@ class Synthesis:
     model: Model
     documents: list[dict]
     ground_truth: dict
+    captures: dict[str, dict] = field(default_factory=dict)  # relative path → the trace of capturing its graphs
 
 
 def synthesize(config: SynthConfig) -> Synthesis:
@@ -107,7 +110,7 @@ def write_json(path: Path, document: dict, compress: bool) -> None:
 
 
 # What a previous `tracekit synth` may have written (a ground truth naming anything else is not believed).
-SYNTH_FILE = re.compile(rf"(?:{MERGED_DIR}/merged|rank\d+)\.json(?:\.gz)?")
+SYNTH_FILE = re.compile(rf"(?:{MERGED_DIR}/merged|(?:{CAPTURE_DIR}/)?rank\d+)\.json(?:\.gz)?")
 
 
 def previous_outputs(out_dir: Path) -> list[str]:
@@ -150,16 +153,22 @@ def write(synthesis: Synthesis, out_dir: Path) -> list[Path]:
     names = [f"rank{doc['distributedInfo']['rank']}{suffix}" for doc in synthesis.documents]
     names += [f"{MERGED_DIR}/merged{suffix}"] if config.merged else []
     paths = [out_dir / name for name in names]
+    names += list(synthesis.captures)
     merged_dir = created_dir(out_dir / MERGED_DIR) if config.merged else nullcontext()
-    with (created_dir(out_dir), merged_dir, gc_paused(),
-          replacing_files([*paths, out_dir / GROUND_TRUTH_FILE]) as temporary):
+    capture_dir = created_dir(out_dir / CAPTURE_DIR) if synthesis.captures else nullcontext()
+    with (created_dir(out_dir), merged_dir, capture_dir, gc_paused(),
+          replacing_files([*paths, *(out_dir / c for c in synthesis.captures), out_dir / GROUND_TRUTH_FILE])
+          as temporary):
         for temp, doc in zip(temporary, synthesis.documents):
             write_json(temp, doc, config.gzip)
         if config.merged:
             write_json(temporary[len(synthesis.documents)], merged_document(synthesis.documents), config.gzip)
+        for temp, doc in zip(temporary[len(paths):], synthesis.captures.values()):
+            write_json(temp, doc, config.gzip)
         temporary[-1].write_text(json.dumps({**synthesis.ground_truth, "files": names}, indent=1))
     for name in set(previous) - set(names):
         (out_dir / name).unlink(missing_ok=True)
-    if not config.merged and (out_dir / MERGED_DIR).is_dir() and not any((out_dir / MERGED_DIR).iterdir()):
-        (out_dir / MERGED_DIR).rmdir()
+    for folder, wanted in ((MERGED_DIR, config.merged), (CAPTURE_DIR, synthesis.captures)):
+        if not wanted and (out_dir / folder).is_dir() and not any((out_dir / folder).iterdir()):
+            (out_dir / folder).rmdir()
     return paths
