@@ -10,7 +10,8 @@
 -- notes: graph_capture_unmatched: a replayed GPU op no launch of the chosen graph pairs with (the counts differ, or
 --   its kernel is not among the capture's); graph_capture_not_replayed: per launch, the chosen graph's launch calls
 --   no replayed op paired with (one note per launch, counting them); graph_capture_ambiguous: several captured
---   graphs fit the launch equally; graph_capture_no_graph: no captured graph of the rank pairs with any of its ops.
+--   graphs fit the launch equally; graph_capture_streams_interleaved: a launch on several streams paired by category
+--   (graph_pairs.sql); graph_capture_no_graph: no captured graph of the rank pairs with any of its ops.
 with chosen as (
     select ch.*, regexp_extract(ch.capture_file, '[^/\\]*$') as file_name, e.name as call_name
     from graph_choices ch join events e on e.rank = ch.rank and e.id = ch.launch
@@ -36,6 +37,18 @@ select rank, launch, 'capture', 'graph_capture_ambiguous',
               'graph %d of %s, whose shapes may be another''s', call_name, launch, graphs_fitting, graph, file_name),
        false
 from chosen where graphs_fitting > 1
+union all
+select ch.rank, ch.launch, 'capture', 'graph_capture_streams_interleaved',
+       printf('%s %d ran its %d GPU ops on %d streams, and captured graph %d of %s names no kernels: they are paired '
+              'by category and order within it, so ops of one category on streams that ran side by side may hold '
+              'one another''s op, shapes and module', ch.call_name, ch.launch, ch.gpu_ops, s.streams, ch.graph,
+              ch.file_name),
+       false
+from chosen ch
+join (select r.rank, r.launch, count(distinct g.stream) as streams
+      from graph_replayed r join events g on g.rank = r.rank and g.id = r.id
+      group by all having count(distinct g.stream) > 1) s on s.rank = ch.rank and s.launch = ch.launch
+where exists (select 1 from graph_kernels k where k.rank = ch.rank and k.launch = ch.launch and k.match = 'category')
 union all
 select rank, launch, 'capture', 'graph_capture_no_graph',
        printf('%s %d (%d GPU ops): no captured graph of rank %d pairs with any of its GPU ops', call_name, launch,

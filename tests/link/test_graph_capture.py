@@ -91,6 +91,28 @@ def test_h200_replayed_kernels_are_owned_by_the_model_op_that_made_them():
     assert {r["match"] for r in owners.values()} == {"position"}
 
 
+FORK_OWNERS = (("layer_norm", "aten::native_layer_norm"), ("nvjet", "aten::addmm"), ("clamp", "aten::clamp_min"),
+               ("Gelu", "aten::gelu"), ("CUDAFunctor_add", "aten::add"))
+
+
+def test_h200_graph_on_two_streams_is_paired_by_what_each_kernel_does():
+    """record.py's fork graph: layer norm, then relu(right(h)) forked onto a side stream and gelu(left(h)), joined
+    by an add. The replay runs a branch on whichever stream (here the side branch on the main stream) and the two
+    streams interleave in start order; each kernel's own functor name (which tracekit does not pair on) says which
+    op made it."""
+    replay, capture = GPU_DATA / "graph_fork_replay.json.gz", GPU_DATA / "graph_fork_capture.json.gz"
+    replayed = raw_replayed(replay)
+    assert len({e["args"]["stream"] for e in replayed.values()}) == 2
+    tables = tracekit.load(replay, graph_captures=capture)
+    owners = {r["id"]: r for r in tables.graph_kernels.to_pylist()}
+    assert set(owners) == set(replayed)
+    for i, e in replayed.items():
+        expected = [op for marker, op in FORK_OWNERS if marker in e["name"]]
+        assert expected and owners[i]["op_name"] == expected[0], (e["name"], owners[i]["op_name"])
+    notes = [r for r in tables.diagnostics.to_pylist() if r["stage"] == "capture"]
+    assert {n["reason"] for n in notes} == {"graph_capture_streams_interleaved"} and len(notes) == 6
+
+
 def test_h200_ownership_and_op_summary_with_the_capture():
     with tracekit.open(H200_REPLAY, graph_captures=[H200_CAPTURE]) as db:
         ownership = db.query("gpu_ownership")
