@@ -12,6 +12,7 @@
 --   cand_samples: the candidate's per-step values (never scaled: a step is a step whatever the step count)
 --   direction: +1 larger is slower (times); -1 larger is faster (bandwidth); 0 no verdict (counts)
 --   abs_floor: per-step shifts up to this (in the metric's unit) are never called
+--   floor_percent: per-step shifts up to this percent of the value are never called (the host floor for host times)
 -- notes: The verdict is decided from the per-step values by tracekit/diff/verdicts.py (a rank test and the confidence
 --   interval of the per-step shift); this query only matches the keys of the two sides.
 with cand as (
@@ -29,5 +30,5 @@ joined as (
 )
 select j.key, j.rank, j.metric, j.base, j.cand, coalesce(j.cand, 0) - coalesce(j.base, 0) as delta,
        case when j.base <> 0 then 100 * (coalesce(j.cand, 0) - j.base) / abs(j.base) end as percent_delta,
-       j.base_samples, j.cand_samples, s.direction, s.abs_floor
+       j.base_samples, j.cand_samples, s.direction, s.abs_floor, s.floor_percent
 from joined j join metric_specs s on s.metric = j.metric

@@ -45,6 +45,11 @@ class SidesCommand(click.Command):
               show_default=True,
               help="A change is called when the 1 - ALPHA confidence interval of its shift excludes 0 and the shift "
                    "exceeds 1% of the value (per measure, no multiple-comparison correction).")
+@click.option("--host-floor", "host_floor", type=click.FloatRange(min=0), default=diff.DEFAULT_HOST_FLOOR_PERCENT,
+              show_default=True, metavar="PCT",
+              help="With one capture a side, host (CPU) times are called slower or faster only when they shift by "
+                   "more than PCT percent: they move that much between runs of one unchanged job, which steps of "
+                   "one capture cannot show (docs/diff.md). Repeated captures need no such floor.")
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=diff.DEFAULT_WARMUP_STEPS, show_default=True,
               help="Leading steady ProfilerSteps of each capture also left out of the verdicts (named in the "
                    "output); steps the report does not count as steady are always left out.")
@@ -66,7 +71,7 @@ class SidesCommand(click.Command):
                                            "the middle to fit the terminal, distinct names kept distinct).")
 @scheduler_option
 @user_errors
-def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide, scheduler):
+def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide, scheduler):
     """Compare two runs. BASELINE and CANDIDATE are each a trace file, a directory of ranks, an ingested dataset,
     or a directory of captures (one subdirectory per capture of one configuration). With several captures a side
     (A1 A2 ... -- B1 B2 ...), the verdicts test between-capture variance, captures as blocks."""
@@ -81,7 +86,7 @@ def diff_command(runs, alpha, warmup_steps, fail_percent, metric, top, fmt, out_
     for side in (s for captures in summaries for s in captures):
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
     with working("comparing the runs"):
-        result = diff.compare(*summaries, alpha=alpha, warmup_steps=warmup_steps)
+        result = diff.compare(*summaries, alpha=alpha, warmup_steps=warmup_steps, host_floor_percent=host_floor)
     gated = None
     if fail_percent is not None or metric != "step_time":
         try:  # before anything is printed: a bad name is one line, not a diff followed by an error

@@ -13,6 +13,7 @@ from tracekit.diff.comparison import (
     CAPTURES,
     DEFAULT_ALPHA,
     DEFAULT_FLOOR_PERCENT,
+    DEFAULT_HOST_FLOOR_PERCENT,
     DEFAULT_WARMUP_STEPS,
     EFFECT_COLUMNS,
     SIGNIFICANT,
@@ -20,9 +21,17 @@ from tracekit.diff.comparison import (
     DiffResult,
     Settings,
 )
-from tracekit.diff.measures import merged_step_ops
+from tracekit.diff.measures import gpu_idle_most_of_step, merged_step_ops
 from tracekit.diff.mismatch import mismatches, run_info
-from tracekit.diff.sections import SECTIONS, Section, per_step_analyses, totals_analyses
+from tracekit.diff.sections import (
+    HOST,
+    HOST_IF_GPU_IDLE,
+    SECTIONS,
+    Metric,
+    Section,
+    per_step_analyses,
+    totals_analyses,
+)
 from tracekit.diff.side import Side, SidePart, left_out_steps, result, step_basis, step_counts_of
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
@@ -107,19 +116,21 @@ Run = TraceTables | Side  # one capture: its tables, or its summary
 
 def compare(base: Run | Sequence[Run], cand: Run | Sequence[Run], alpha: float = DEFAULT_ALPHA,
             floor_percent: float = DEFAULT_FLOOR_PERCENT, warmup_steps: int = DEFAULT_WARMUP_STEPS,
-            labels: tuple[str, str] = ("base", "cand"), sections: dict[str, Section] = SECTIONS) -> DiffResult:
+            host_floor_percent: float = DEFAULT_HOST_FLOOR_PERCENT, labels: tuple[str, str] = ("base", "cand"),
+            sections: dict[str, Section] = SECTIONS) -> DiffResult:
     """Compare a baseline and a candidate run: each one capture (tables, or a side already summarised) or several
     captures of one configuration (a list of them).
 
     One capture a side: a measure is slower/faster when the 1 − `alpha` confidence interval of its per-step shift
     excludes 0 and the shift exceeds `floor_percent` of its per-step value (tracekit/diff/verdicts.py); run-to-run
-    variance is then unmeasured, and the result says so. Several captures a side: captures are blocks, and the
+    variance is then unmeasured, and the result says so; host (CPU) times, which move between processes far more
+    than GPU times, need `host_floor_percent`. Several captures a side: captures are blocks, and the
     test is on per-capture values (tracekit/diff/blocks.py). Steps that are not steady (the report's rule), and the
     first `warmup_steps` steps of each capture, are left out. `sections`: what is compared (sections.py).
     """
     sides = {"base": captures_of(base, labels[0], sections), "cand": captures_of(cand, labels[1], sections)}
     method = STEPS if len(sides["base"]) == len(sides["cand"]) == 1 else CAPTURES
-    settings = Settings(alpha, floor_percent, warmup_steps, method)
+    settings = Settings(alpha, floor_percent, warmup_steps, method, host_floor_percent)
     warmup = {name: [left_out_steps(s, warmup_steps) for s in captures] for name, captures in sides.items()}
     # One thread for the comparison of the two summaries (small frames): float sums then add up in one order, so a
     # run gives the same bits every time.
@@ -132,7 +143,7 @@ def compare(base: Run | Sequence[Run], cand: Run | Sequence[Run], alpha: float =
     side_labels = (side_label(sides["base"]), side_label(sides["cand"]))
     return DiffResult(side_labels[0], side_labels[1], frames, measures, settings,
                       tuple((label, step_basis(s[0])) for label, s in zip(side_labels, sides.values())),
-                      diff_notes(sides["base"], sides["cand"], measures),
+                      diff_notes(sides["base"], sides["cand"], measures, settings),
                       tuple((s.label, w) for name in sides for s, w in zip(sides[name], warmup[name])), sections,
                       captures=(len(sides["base"]), len(sides["cand"])),
                       mismatches=mismatches(sides["base"], sides["cand"], side_labels))
@@ -171,10 +182,20 @@ def compare_section(con, section: Section, sides: dict[str, list[Side]], warmup:
         frame = frames[0] if len(frames) == 1 else pooled_captures(section, frames)
         con.register(f"{name}_measures", frame.with_columns(pl.col("key").cast(section.key_type)))
     con.register("metric_specs", pl.DataFrame(
-        [(m.name, m.direction, m.aggregation, m.abs_floor) for m in section.metrics], orient="row",
-        schema={"metric": pl.String, "direction": pl.Int32, "aggregation": pl.String, "abs_floor": pl.Float64}))
+        [(m.name, m.direction, m.aggregation, m.abs_floor, settings.floor_percent_of(host_time(m, sides)))
+         for m in section.metrics],
+        orient="row", schema={"metric": pl.String, "direction": pl.Int32, "aggregation": pl.String,
+                              "abs_floor": pl.Float64, "floor_percent": pl.Float64}))
     matched = con.sql(catalog.ready(con, "diff/compare")).pl()
     return mark_deciders(section, judged(matched, settings))
+
+
+def host_time(metric: Metric, sides: dict[str, list[Side]]) -> bool:
+    """Whether the metric is a host time here: a CPU time, or the step on a side whose GPU sat idle for most of it
+    (its steady steps' median busy share under one half)."""
+    if metric.carried_by == HOST_IF_GPU_IDLE:
+        return any(gpu_idle_most_of_step(side) for captures in sides.values() for side in captures)
+    return metric.carried_by == HOST
 
 
 def pooled_captures(section: Section, frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -198,7 +219,8 @@ def pooled_captures(section: Section, frames: list[pl.DataFrame]) -> pl.DataFram
 def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
     """The matched measures with the shift, its confidence interval, the test's p-value and the verdict: per step
     (verdicts.shift_tests) with one capture a side, per capture (blocks.capture_tests) with several; the floor is
-    floor_percent of the larger per-step (per-capture) median, at least abs_floor."""
+    floor_percent of the larger per-step (per-capture) median, at least abs_floor; a change is called only beyond the
+    metric's own floor (Settings.floor_percent_of: the host floor for host times with one capture a side)."""
     # A step without a value (a collective of unknown size has no bandwidth) is no sample.
     # Rebuilt from Python lists (as the test reads them anyway): where one side has no samples at all, polars 1.30
     # holds a List(Null) column whose chunks hold floats, and any expression on it panics.
@@ -208,11 +230,12 @@ def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
         for name in ("base_samples", "cand_samples"))
     test = verdicts.shift_tests if settings.method == STEPS else capture_tests
     stats = test(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
-    floor = pl.max_horizontal(settings.floor_percent / 100 * pl.max_horizontal(
-        pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs()), pl.col("abs_floor"))
+    scale = pl.max_horizontal(pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs())
+    floor = pl.max_horizontal(settings.floor_percent / 100 * scale, pl.col("abs_floor"))
+    call_floor = pl.max_horizontal(pl.col("floor_percent") / 100 * scale, pl.col("abs_floor"))
     return (pl.concat([matched, stats], how="horizontal")
-            .with_columns(verdict=verdicts.verdict(pl.col("direction"), floor))
-            .drop("base_samples", "cand_samples", "direction", "abs_floor"))
+            .with_columns(verdict=verdicts.verdict(pl.col("direction"), floor, call_floor))
+            .drop("base_samples", "cand_samples", "direction", "abs_floor", "floor_percent"))
 
 
 def mark_deciders(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
@@ -297,8 +320,19 @@ def wide_form(section: Section, compared: pl.DataFrame, attrs: pl.DataFrame | No
             .select(pl.col(c).cast(t) for c, t in columns.items()))
 
 
-def diff_notes(base: list[Side], cand: list[Side], measures: pl.DataFrame) -> tuple[str, ...]:
+def diff_notes(base: list[Side], cand: list[Side], measures: pl.DataFrame, settings: Settings) -> tuple[str, ...]:
     notes = []
+    if settings.method == STEPS and settings.host_floor_percent > settings.floor_percent:
+        host_bound = [s.label for s in base + cand if gpu_idle_most_of_step(s)]
+        host_metrics = {m.name for s in SECTIONS.values() for m in s.metrics if m.carried_by == HOST}
+        held_back = measures.filter(pl.col("metric").is_in(host_metrics) & (pl.col("p_value") <= settings.alpha)
+                                    & (pl.col("verdict") == verdicts.INCONCLUSIVE)).height
+        if host_bound or held_back:
+            step = (f"; so is the step time, the GPU being busy for less than half of it on {', '.join(host_bound)}"
+                    if host_bound else "")
+            notes.append(f"one capture a side: host (CPU) times are called slower or faster only beyond "
+                         f"{settings.host_floor_percent:g}% (--host-floor), as runs of one unchanged job differ that "
+                         f"much on the host; {held_back} significant host-time shifts under it are inconclusive{step}")
     for side in cand + base:
         for name, reason in side.failures.items():
             notes.append(f"not compared on {side.label}: analysis {name} gave nothing ({reason})")

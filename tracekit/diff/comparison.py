@@ -13,6 +13,10 @@ from tracekit.diff.sections import SECTIONS, Section, parse_metric_name, top_cha
 
 DEFAULT_ALPHA = 0.05  # two-sided level of the rank test; the shift's confidence interval is at 1 - alpha
 DEFAULT_FLOOR_PERCENT = 1.0  # per-step shifts smaller than this share of the value are never called, however steady
+# With one capture a side, host (CPU) times are called only beyond this share of the value: between captures of one
+# unchanged job from separate processes they moved by up to 42.5% while GPU kernel times moved by at most 1.7%
+# (tests/data/gpu's noise captures; docs/diff.md), and steps of one capture cannot show it.
+DEFAULT_HOST_FLOOR_PERCENT = 50.0
 DEFAULT_WARMUP_STEPS = 0  # leading steady steps of each capture also left out (the report's rule already applies)
 STEPS = "steps"  # one capture a side: steps compared (verdicts.shift_tests); run-to-run variance unmeasured
 CAPTURES = "captures"  # several captures a side: per-capture values compared (blocks.capture_tests)
@@ -44,6 +48,12 @@ class Settings:
     floor_percent: float = DEFAULT_FLOOR_PERCENT
     warmup_steps: int = DEFAULT_WARMUP_STEPS
     method: str = STEPS  # STEPS or CAPTURES
+    host_floor_percent: float = DEFAULT_HOST_FLOOR_PERCENT  # host times' floor with one capture a side
+
+    def floor_percent_of(self, host: bool) -> float:
+        # repeated captures measure the run-to-run variance themselves
+        """The floor, in percent of the value, for a host-time measure or another one."""
+        return max(self.floor_percent, self.host_floor_percent) if host and self.method == STEPS else self.floor_percent
 
     @property
     def level_text(self) -> str:

@@ -229,6 +229,15 @@ def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None, warm
             .select("key", *MEASURE_SCHEMA))
 
 
+def gpu_idle_most_of_step(side: Side) -> bool:
+    """Whether the GPU was busy for less than half of the side's median step (all ranks' steps together)."""
+    steps = result(side, "steps")
+    if steps is None or "busy_ms" not in steps.columns:
+        return False
+    share = steps.select((pl.col("busy_ms") / pl.col("duration_ms")).median()).item()
+    return share is not None and share < 0.5
+
+
 def step_time_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:
     """Median step time per rank and for all ranks (per step, the slowest rank) over the steady steps (all steps
     where none is), with the steady steps' durations as per-step values. Without steps, the GPU timeline's total

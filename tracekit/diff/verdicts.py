@@ -108,13 +108,16 @@ def shift_tests(base: list[list[float] | None], cand: list[list[float] | None], 
     return pl.DataFrame(rows, schema=STAT_SCHEMA)
 
 
-def verdict(direction: pl.Expr, floor: pl.Expr) -> pl.Expr:
-    """slower / faster when the CI of the shift excludes 0 and the shift exceeds `floor` (a practical minimum, in the
-    measure's unit); no change when the whole CI lies within ±floor; inconclusive otherwise (the CI reaches 0, or a
-    shift under the floor whose CI reaches beyond it); not enough steps to say without a CI. Keys on one side only
+def verdict(direction: pl.Expr, floor: pl.Expr, call_floor: pl.Expr | None = None) -> pl.Expr:
+    """slower / faster when the CI of the shift excludes 0 and the shift exceeds `call_floor` (default `floor`: a
+    practical minimum, in the measure's unit); no change when the whole CI lies within ±floor; inconclusive otherwise
+    (the CI reaches 0, or a shift under the call floor whose CI reaches beyond the floor); not enough steps to say
+    without a CI. A call floor above the floor (host times with one capture a side) leaves a significant shift under
+    it inconclusive: run-to-run noise of that size is not ruled out. Keys on one side only
     are added / removed; measures with no better direction (direction 0, counts) get none. Expects the columns of
     `shift_tests` (or blocks.capture_tests) beside base and cand."""
-    called = ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)) & (pl.col("effect").abs() > floor)
+    called = ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)) & (pl.col("effect").abs() > (
+        floor if call_floor is None else call_floor))
     within = (pl.col("ci_low") >= -floor) & (pl.col("ci_high") <= floor)
     return (pl.when(pl.col("base").is_null()).then(pl.lit("added"))
             .when(pl.col("cand").is_null()).then(pl.lit("removed"))
