@@ -3,10 +3,12 @@
     python bench/run.py COMMAND ... [--repeat 3] [--traces NAME ...] [--baseline DIR] [--tracelens BIN]
 
 COMMAND (any of; `all` = every one but same-bytes):
-  ingest      `tracekit ingest` against `orjson.loads` of the same (decompressed) bytes, both whole processes
+  ingest      `tracekit ingest` against `orjson.loads` of the same (decompressed) bytes, both whole processes, and
+              the import floor (a process that only imports what ingest imports)
   report      `tracekit report` against TraceLens's perf report (`--tracelens`: its venv's bin folder,
               ../shared/peers/README.md), and against a second checkout with `--baseline`
-  stages      one `report` in process, timed by stage (read, link, analyses, write) and by analysis
+  stages      one `report` in process, timed by stage (imports, read, link, analyses, write) and by analysis, with
+              the peak RSS after each stage and how much each analysis raised it
   timeline    `tracekit timeline` against `tracekit ingest`
   diff        `tracekit diff` of the shared workers0/workers4 pair against loading each run
   sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
@@ -46,8 +48,11 @@ SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "amd/mi300x_
                               "multirank/dlrm_8ranks_v100", "nvidia/h100_bert-small.json.gz"]
 ORJSON = ("import gzip, sys, orjson; p = sys.argv[1]; "
           "orjson.loads(gzip.open(p).read() if p.endswith('.gz') else open(p, 'rb').read())")
-STAGES = ("read", "link", "analyses", "write")
+STAGES = ("imports", "read", "link", "analyses", "write")
 LOAD = "import sys, tracekit; tracekit.load(sys.argv[1])"
+# what `tracekit ingest` imports before it reads a byte (its command module and the dataset writer): the floor of
+# any ingest process built on pyarrow, polars and DuckDB
+INGEST_IMPORTS = "import tracekit.cli, tracekit.cli.traces, tracekit.output.dataset"
 
 
 def json_mb(trace: Path) -> float:
@@ -77,18 +82,24 @@ class Bench:
     # ------------------------------------------------------------------ commands
 
     def ingest(self) -> None:
-        self.heading("ingest: `tracekit ingest TRACE -o DIR` against `orjson.loads` of the same bytes")
+        self.heading("ingest: `tracekit ingest TRACE -o DIR` against `orjson.loads` of the same bytes; the import "
+                     "floor: a process that only imports what ingest imports")
         rows = []
         for trace in self.traces:
             mb = json_mb(trace)
             s = alternate({"ingest": self.tk("ingest", str(trace), "-o", self.out("ds"), "--force"),
-                           "orjson": ([sys.executable, "-c", ORJSON, str(trace)], REPO)}, self.args.repeat)
-            i, o = s["ingest"], s["orjson"]
+                           "orjson": ([sys.executable, "-c", ORJSON, str(trace)], REPO),
+                           "imports": ([sys.executable, "-c", INGEST_IMPORTS], REPO)}, self.args.repeat)
+            i, o, f = s["ingest"], s["orjson"], s["imports"]
             rows.append([trace.name, f"{mb:.1f}", i.wall, o.wall, f"{i.wall / o.wall:.2f}×", i.cpu, o.cpu,
-                         f"{i.cpu / o.cpu:.2f}×", f"{i.peak_mb:.0f}", f"{o.peak_mb:.0f}", f"{i.peak_mb / mb:.1f}×"])
+                         f"{i.cpu / o.cpu:.2f}×", f.cpu, f"{f.cpu / o.cpu:.2f}×", i.cpu - f.cpu,
+                         f"{(i.cpu - f.cpu) / o.cpu:.2f}×", f"{i.peak_mb:.0f}", f"{o.peak_mb:.0f}", f"{f.peak_mb:.0f}",
+                         f"{i.peak_mb / mb:.1f}×"])
             print(".", end="", flush=True)
         print("\n" + table(["trace", "JSON MB", "ingest s", "orjson s", "wall ratio", "ingest CPU s", "orjson CPU s",
-                            "CPU ratio", "ingest peak MB", "orjson peak MB", "ingest peak ÷ JSON"], rows))
+                            "CPU ratio", "imports CPU s", "imports ÷ orjson", "ingest − imports CPU s",
+                            "(ingest − imports) ÷ orjson", "ingest peak MB", "orjson peak MB", "imports peak MB",
+                            "ingest peak ÷ JSON"], rows))
 
     def report(self) -> None:
         tracelens = self.args.tracelens / "TraceLens_generate_perf_report_pytorch" if self.args.tracelens else None
@@ -126,7 +137,7 @@ class Bench:
         print("\n" + table(header, rows))
 
     def stages(self) -> None:
-        self.heading("stages of `report`, in one process (imports excluded): wall / CPU seconds")
+        self.heading("stages of `report`, in one process: wall / CPU seconds, and the process's peak RSS after each")
         rows, analyses = [], {}
         for trace in self.traces:
             runs = []
@@ -138,16 +149,21 @@ class Bench:
                 runs.append(json.loads(proc.stdout.splitlines()[-1]))
             wall = {k: median(r["stages"][k][0] for r in runs) for k in STAGES}
             cpu = {k: median(r["stages"][k][1] for r in runs) for k in STAGES}
-            rows.append([trace.name, runs[0]["events"], *(f"{wall[k]:.2f} / {cpu[k]:.2f}" for k in STAGES),
-                         f"{sum(wall.values()):.2f} / {sum(cpu.values()):.2f}"])
+            peak = {k: median(r["peak_mb"][k] for r in runs) for k in STAGES}
+            rows.append([trace.name, f"{json_mb(trace):.1f}", runs[0]["events"],
+                         *(f"{wall[k]:.2f} / {cpu[k]:.2f} / {peak[k]:.0f}" for k in STAGES),
+                         f"{sum(wall.values()):.2f} / {sum(cpu.values()):.2f} / {max(peak.values()):.0f}"])
             for name in runs[0]["per_analysis"]:
-                analyses.setdefault(name, {})[trace.name] = median(r["per_analysis"][name] for r in runs)
+                analyses.setdefault(name, {})[trace.name] = tuple(
+                    median(r["per_analysis"][name][i] for r in runs) for i in range(2))
             print(".", end="", flush=True)
-        print("\n" + table(["trace", "events", *STAGES, "total"], rows))
+        print("\n" + table(["trace", "JSON MB", "events", *STAGES, "total"], rows))
         names = [t.name for t in self.traces]
-        top = sorted(analyses, key=lambda a: -sum(analyses[a].values()))
-        print("\nPer analysis (wall seconds, each on its own; slowest first):\n")
-        print(table(["analysis", *names], [[a, *(analyses[a].get(n, 0.0) for n in names)] for a in top]))
+        top = sorted(analyses, key=lambda a: -sum(v[0] for v in analyses[a].values()))
+        print("\nPer analysis (CPU seconds, each on its own / MB the process's peak RSS rose while it ran; slowest "
+              "first):\n")
+        print(table(["analysis", *names], [[a, *(f"{analyses[a][n][0]:.2f} / {analyses[a][n][1]:.0f}"
+                                                  if n in analyses[a] else "" for n in names)] for a in top]))
 
     def timeline(self) -> None:
         self.heading("timeline: `tracekit timeline TRACE -o FILE` against `tracekit ingest`")
@@ -221,39 +237,55 @@ class Bench:
         return same
 
 
+def peak_rss_mb() -> float:
+    """This process's peak RSS so far (VmHWM), MiB."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+
+
 def stages_child(trace: Path, out: Path) -> None:
-    """One report of TRACE in this process, timed by stage (wall and CPU seconds) and by analysis (wall: each
-    analysis on its own, after the ones it reads, in the order `run_analyses` runs them); prints one JSON line."""
-    import tracekit  # noqa: F401  (imports before the clock starts)
+    """One report of TRACE in this process, timed by stage (wall and CPU seconds: imports, read, link, analyses,
+    write; imports' wall is the CPU of the interpreter's start too) with the peak RSS after each, and by analysis
+    (CPU seconds of each on its own, after the ones it reads, in the order `run_analyses` runs them, and how much
+    it raised the peak); prints one JSON line."""
+    import tracekit  # noqa: F401  (what `tracekit report` imports)
+    from tracekit.cli import traces  # noqa: F401
     from tracekit.engine.catalog import analysis_order, connect
     from tracekit.link.edges import build_edges
-    from tracekit.output import workbooks
+    from tracekit.output import terminal, workbooks
     from tracekit.pipeline import read_files
     from tracekit.query.analyses import run_into
 
     clocks = [(time.perf_counter(), time.process_time())]
+    stages = {"imports": (time.process_time(), time.process_time())}
+    peaks = {"imports": peak_rss_mb()}
 
     def lap() -> tuple[float, float]:
         clocks.append((time.perf_counter(), time.process_time()))
         return clocks[-1][0] - clocks[-2][0], clocks[-1][1] - clocks[-2][1]
 
     read = read_files([trace], None, None, edges=False, workers=None)
-    stages = {"read": lap()}
+    stages["read"], peaks["read"] = lap(), peak_rss_mb()
     tables = build_edges(read)
-    stages["link"] = lap()
-    names = workbooks.report_queries(len(tables.rank_list))
+    stages["link"], peaks["link"] = lap(), peak_rss_mb()
+    names = list(dict.fromkeys(workbooks.report_queries(len(tables.rank_list)) + list(terminal.QUERIES)))
     order = list(dict.fromkeys(step for name in names for step in analysis_order(name)))
     per_analysis, results, failures = {}, {}, {}
+    start = clocks[-1]
     with connect(tables, materialize=True) as con:
-        per_analysis["(connection, shared tables)"] = lap()[0]
+        before = peak_rss_mb()
+        per_analysis["(connection, shared tables)"] = (lap()[1], before - peaks["link"])
         for name in order:
             run_into(con, name, results, failures)
-            per_analysis[name] = lap()[0]
-    stages["analyses"] = (sum(per_analysis.values()), clocks[-1][1] - clocks[-2 - len(per_analysis)][1])
+            per_analysis[name] = (lap()[1], peak_rss_mb() - before)
+            before = peak_rss_mb()
+    stages["analyses"] = (clocks[-1][0] - start[0], clocks[-1][1] - start[1])
+    peaks["analyses"] = peak_rss_mb()
     done = workbooks.Analyses({n: results[n] for n in names if n in results}, failures, tuple(tables.rank_list))
     workbooks.write_reports(tables, out, force=True, analyses_done=done, problems=[])
-    stages["write"] = lap()
-    print(json.dumps({"stages": stages, "events": tables.events.num_rows, "per_analysis": per_analysis}))
+    stages["write"], peaks["write"] = lap(), peak_rss_mb()
+    print(json.dumps({"stages": stages, "peak_mb": peaks, "events": tables.events.num_rows,
+                      "per_analysis": per_analysis}))
 
 
 def main() -> None:

@@ -25,11 +25,7 @@ from tracekit.cli.app import (
     warn_about_failed_analyses,
     working,
 )
-from tracekit.errors import InputError
 from tracekit.output.files import check_output_file, local_output, refuse_input_dir, refuse_input_file
-from tracekit.output.terminal import QUERIES, print_summary
-from tracekit.output.terminal import progress_bar as analyses_progress
-from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
 
 
 @main.command()
@@ -76,6 +72,10 @@ def ingest(traces, out_dir, rank, force, scheduler):
 @user_errors
 def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
+    # here, not at the top: ingest, graph and synth need neither the workbook writer (xlsxwriter) nor the summary
+    from tracekit.output.terminal import QUERIES, print_summary
+    from tracekit.output.terminal import progress_bar as analyses_progress
+    from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
     out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
     if scheduler and peak_file is not None:

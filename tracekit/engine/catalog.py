@@ -287,14 +287,31 @@ def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
     return _LOADED.setdefault(con, set())
 
 
-def load_includes(con: duckdb.DuckDBPyConnection, names) -> None:
+def load_includes(con: duckdb.DuckDBPyConnection, names, materialize: tuple[str, ...] = ()) -> None:
     """Define on `con` the macros of the files NAMES and of what they include, in dependency order, each file once
-    per connection."""
+    per connection; each table macro of `materialize` is computed into a temp table as soon as it is defined and
+    redefined to read it (`materialize_macro`)."""
     done = loaded(con)
     for name in include_order(names):
         if name not in done:
-            con.execute(load_query(name).statement)
+            text, start = load_query(name).statement, 0
+            # DuckDB binds a macro when it is created, expanding every macro it calls: the macros defined after a
+            # materialized one bind its table, not its body (~0.1 s less per report connection, bench/RESULTS.md)
+            definitions = list(MACRO_DEFINITION.finditer(text))
+            for here, after in zip(definitions, definitions[1:] + [None]):
+                if here.group(1) in materialize:
+                    end = after.start() if after else len(text)
+                    con.execute(text[start:end])
+                    materialize_macro(con, here.group(1))
+                    start = end
+            con.execute(text[start:])
             done.add(name)
+
+
+def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Compute table macro NAME once into a temp table and point the macro at it."""
+    con.execute(f"create or replace temp table {name}_result as from {name}();"
+                f"create or replace macro {name}() as table from {name}_result")
 
 
 def ready(con: duckdb.DuckDBPyConnection, name: str) -> str:
@@ -329,10 +346,11 @@ def analysis_order(name: str) -> list[str]:
     return dependency_order([name], analysis_inputs, "inputs", "reads", "is neither a table nor an analysis")
 
 
-# Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them; a connection
-# made for many analyses computes each once into a temp table and points the macro at it (in this order: each
-# uses the ones before it).
-SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners")
+# Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them (and bind
+# their bodies again); a connection made for many analyses computes each once into a temp table, as soon as it is
+# defined, and points the macro at it. The step macros: 5 of the report's analyses expand step_windows() (2026-11-26).
+SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
+                       "step_windows", "step_metrics", "steady_steps", "step_or_trace_windows", "rank_devices")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -345,10 +363,7 @@ def connect(tables: TraceTables, materialize: bool = False, threads: int | None 
     con = tables.connect(threads=threads)
     if materialize:
         connection.limit_to_input(con, tables.nbytes)
-        load_includes(con, [macro_files()[name] for name in SHARED_TABLE_MACROS])
-        for name in SHARED_TABLE_MACROS:
-            con.execute(f"create or replace temp table {name}_result as from {name}();"
-                        f"create or replace macro {name}() as table from {name}_result")
+        load_includes(con, [macro_files()[name] for name in SHARED_TABLE_MACROS], materialize=SHARED_TABLE_MACROS)
     return con
 
 
