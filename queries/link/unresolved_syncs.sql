@@ -31,8 +31,8 @@ select rank, id as position, 'edges' as stage,
         when record_unknown
             then sync_kind || ' names no event record (-1 or absent: libkineto matched no record to the event, as '
                  || 'before its cuda_sync fix or when the event was recorded by cudaEventRecordWithFlags) and the '
-                 || 'waiting thread made no event-record call before it (or is not in the trace), so what it waited for is '
-                 || 'unknown'
+                 || 'waiting thread made no event-record call before it (or is not in the trace), so what it waited '
+                 || 'for is unknown'
         when recorded_stream_unknown
             then sync_kind || ' names no stream for its event and the thread that recorded it (call '
                  || record_id::varchar || ') launched no GPU op before the record, so what it waited for is unknown'

@@ -5,6 +5,7 @@ order (queries/link/sync_records.sql). Oracle: what record.py's train_step does,
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import polars as pl
@@ -101,3 +102,42 @@ def test_sync_inferred_names_the_op_every_blocking_recorded_sync_waited_for():
     got = {dst: ends[src] for src, dst in inferred.select("src", "dst").iter_rows()}
     assert {dst: got.get(dst) for dst in expected} == expected
     assert not_blocking.isdisjoint(got)
+
+
+def wait_trace(path: Path, waiter_start: float) -> Path:
+    """A kernel A on stream 7 (ts 10-40 µs), launched by thread 1, which then records an event
+    (cudaEventRecordWithFlags) and makes stream 21 wait on it, the Stream Wait Event naming no record (-1), and
+    launches kernel B on stream 21, starting at `waiter_start`."""
+    def call(name, ts, corr, dur=1.0):
+        return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"correlation": corr}}
+
+    def kernel(name, ts, dur, stream, corr):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                "args": {"device": 0, "stream": stream, "correlation": corr}}
+
+    events = [call("cudaLaunchKernel", 1, 1), kernel("A", 10, 30, 7, 1),
+              call("cudaEventRecordWithFlags", 3, 2), call("cudaStreamWaitEvent", 5, 3),
+              {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 21, "ts": 5.5, "dur": 1,
+               "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": -1,
+                        "wait_on_cuda_event_record_corr_id": -1, "wait_on_cuda_event_id": 9, "stream": 21,
+                        "correlation": 3, "device": 0}},
+              call("cudaLaunchKernel", 7, 4), kernel("B", waiter_start, 5, 21, 4)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_a_wait_naming_no_record_resolves_by_thread_order_unless_the_timing_refutes_it(tmp_path):
+    for label, start in (("held", 41.0), ("refuted", 20.0)):
+        loaded = tracekit.load(wait_trace(tmp_path / f"{label}.json", start))
+        events = loaded.polars("events")
+        names = dict(events.select("id", "name").iter_rows())
+        edges_ = loaded.polars("edges").filter(pl.col("kind") == "sync")
+        notes = loaded.polars("diagnostics").filter(pl.col("reason").str.starts_with("sync_"))
+        if label == "held":  # B started after A ended: the wait held B back
+            assert [(names[s], names[d], k) for s, d, k in edges_.select("src", "dst", "subkind").iter_rows()] == [
+                ("A", "B", "Stream Wait Event (record inferred)")]
+            assert notes.height == 0
+        else:  # B ran while A did: the event was not recorded after A on stream 7
+            assert edges_.height == 0
+            assert notes["reason"].to_list() == ["sync_record_inferred_refuted"]

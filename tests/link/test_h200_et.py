@@ -48,7 +48,8 @@ def test_every_node_links_to_the_event_with_its_record_function_id():
 
 
 def test_name_order_links_agree_with_rf_id_links():
-    """With Kineto's record-function ids hidden, the ordered match (name, thread, order) makes only links the ids make."""
+    """With Kineto's record-function ids hidden, the ordered match (name, thread, order) makes only links the ids
+    make."""
     truth = tables().polars("et_nodes").select("rank", "id", truth="event_id")
     column = tables().events.schema.get_field_index("record_function_id")
     hidden = tables().events.set_column(column, "record_function_id", pa.nulls(tables().events.num_rows, pa.int64()))

@@ -112,8 +112,8 @@ def verdict(direction: pl.Expr, floor: pl.Expr) -> pl.Expr:
     """slower / faster when the CI of the shift excludes 0 and the shift exceeds `floor` (a practical minimum, in the
     measure's unit); no change when the whole CI lies within ±floor; inconclusive otherwise (the CI reaches 0, or a
     shift under the floor whose CI reaches beyond it); not enough steps to say without a CI. Keys on one side only
-    are added / removed (a value null on both sides gets none); measures with no better direction (direction 0, counts) get none. Expects the columns of
-    `shift_tests` (or blocks.capture_tests) beside base and cand."""
+    are added / removed (a value null on both sides gets none); measures with no better direction (direction 0,
+    counts) get none. Expects the columns of `shift_tests` (or blocks.capture_tests) beside base and cand."""
     called = ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)) & (pl.col("effect").abs() > floor)
     within = (pl.col("ci_low") >= -floor) & (pl.col("ci_high") <= floor)
     # A value null on both sides is a key both runs have with nothing to measure (a rate of an op that launched no
