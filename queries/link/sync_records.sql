@@ -10,8 +10,8 @@
 --   record_inferred: true when the cuda_sync event named no record and the record was taken by thread order
 -- notes: libkineto names the record (`wait_on_cuda_event_record_corr_id`) and its stream (`wait_on_stream`) only for
 --   records it matched to the event; it writes -1 when it matched none: before its cuda_sync fix, and with PyTorch
---   2.11 + CUDA 13, where torch.cuda.Event.record calls cudaEventRecordWithFlags (tests/data/gpu/kineto_train.json.gz:
---   every wait -1 though its event id is set). Such a wait is resolved by thread order: the event a thread waits on
+--   2.11 + CUDA 13, whose event records are cudaEventRecordWithFlags calls (tests/data/gpu/kineto_train.json.gz:
+--   every wait -1 though its event id is set; docs/critical_path.md). Such a wait is resolved by thread order: the event a thread waits on
 --   was recorded before the wait, and a program records it just before (`event.record(); s.wait_event(event)`,
 --   `wait_stream`), so the record is the waiting thread's last event-record call before the wait; the stream it
 --   recorded on is, unless the sync event names it, the stream of the last GPU op that thread launched before the

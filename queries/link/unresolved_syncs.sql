@@ -30,7 +30,7 @@ select rank, id as position, 'edges' as stage,
         when kind_unknown then 'cuda_sync_kind ' || coalesce(sync_kind, 'missing') || ' is not one tracekit knows'
         when record_unknown
             then sync_kind || ' names no event record (-1 or absent: libkineto matched no record to the event, as '
-                 || 'before its cuda_sync fix or when the event was recorded by cudaEventRecordWithFlags) and the '
+                 || 'before its cuda_sync fix, or with records by cudaEventRecordWithFlags) and the '
                  || 'waiting thread made no event-record call before it (or is not in the trace), so what it waited '
                  || 'for is unknown'
         when recorded_stream_unknown
