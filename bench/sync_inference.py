@@ -37,6 +37,8 @@ from tracekit.query import analyses  # noqa: E402
 RECORDED = ["nvidia/a100_alexnet_cuda_sync.json.gz", "nvidia/a100_simple_add_cuda_sync.json.gz",
             "nvidia/a100_event_sync.json.gz", "nvidia/a100_event_sync_multi_stream.json.gz",
             "nvidia/h100_kineto_cuda_sync_unit.json", "legacy/kineto_cuda_sync_before_fix.json"]
+# Recorded on an H200 (PyTorch 2.11, CUDA 13) by tests/data/gpu/record.py; in the repository, not in SHARED
+H200_TRAIN = Path(__file__).resolve().parent.parent / "tests" / "data" / "gpu" / "kineto_train.json.gz"
 WITHOUT_SYNC = ["nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz",
                 "nvidia/b200_eager_rank0of8.json.gz", "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
                 "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
@@ -59,7 +61,8 @@ def stream_wait_agreement(tables: TraceTables) -> dict:
     gated it): how many the stream_wait_inferred pass finds (same op or same end) with no sync event to go on; and
     inferred edges into ops whose recorded wait did not gate them (false)."""
     events = tables.polars("events").select("rank", "id", "ts", end=pl.col("ts") + pl.col("dur"))
-    recorded = (tables.polars("edges").filter((pl.col("kind") == "sync") & (pl.col("subkind") == "Stream Wait Event"))
+    waits = (pl.col("kind") == "sync") & pl.col("subkind").str.starts_with("Stream Wait Event")  # named or inferred
+    recorded = (tables.polars("edges").filter(waits)
                 .join(events.select("rank", src="id", src_end="end"), on=["rank", "src"])
                 .join(events.select("rank", dst="id", dst_ts="ts"), on=["rank", "dst"])
                 .group_by("rank", "dst").agg(pl.col("dst_ts").first(), pl.col("src_end").max()))
@@ -147,6 +150,7 @@ def main() -> None:
     rows = []
     for name in RECORDED[:2] if quick else RECORDED:
         rows.append(agreement(name, load([SHARED / name])))
+    rows.append(agreement("h200 kineto_train (tests/data/gpu)", load([H200_TRAIN])))
     with tempfile.TemporaryDirectory() as folder:
         synth.generate(Path(folder), ranks=2, steps=3, seed=11)
         rows.append(agreement("synth 2 ranks x 3 steps (seed 11)", load(sorted(Path(folder).glob("rank*.json")))))

@@ -188,7 +188,9 @@ EDGES = Table(
         _col("dst", I64, "", "Destination id (`events.id`; `et_nodes.id` for et_ctrl / et_data)."),
         _col("kind", STR, "", "nest, launch, stream, sync, sync_inferred, stream_wait_inferred, "
              "thread_wait_inferred, flow, et_ctrl, et_data (see `EDGE_KINDS`)."),
-        _col("subkind", STR, "", "Refinement: for sync the sync kind; for sync_inferred the class of blocking call "
+        _col("subkind", STR, "", "Refinement: for sync the sync kind (`(record inferred)` appended where the "
+             "cuda_sync event named no event record and it was taken by thread order); for sync_inferred the class "
+             "of blocking call "
              "(stream_sync, device_sync, event_sync, memcpy, memset, launch_queue, allocator); for "
              "stream_wait_inferred `cross_stream`; for thread_wait_inferred the points joined (start_start, "
              "start_end, end_start, end_end: src's point, then dst's); for launch `graph` when one call ran many "

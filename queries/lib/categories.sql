@@ -102,11 +102,12 @@ create or replace macro kernel_category(name, kind) as
     case
         when kind in ('memcpy', 'memset') or (kind = 'kernel' and transfer_kernel(name)) then 'memcpy/memset'
         when communication_kernel(name) then 'communication'
+        -- before convolution: cuDNN's attention kernels say fprop (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_*)
+        when regexp_matches(name, '(?i)flash|fmha|attn|attention|sdpa') then 'attention'
         -- conv as a word, not inside one (vllm::_typeConvert is no convolution)
         when regexp_matches(name, '(?i)(^|[^a-z])conv|conv_?(fwd|bwd|\dd)|convolution|implicit_gemm|fprop|dgrad'
                                   || '|wgrad|winograd|igemm_(fwd|bwd|wrw)|[sh]cudnn')
             then 'convolution'
-        when regexp_matches(name, '(?i)flash|fmha|attn|attention|sdpa') then 'attention'
         when regexp_matches(name, '(?i)embedding') and not regexp_matches(name, '(?i)rotary') then 'embedding'
         when regexp_matches(regexp_replace(name, '(?i)fbgemm', '', 'g'),
                             '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma')

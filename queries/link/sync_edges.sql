@@ -1,30 +1,33 @@
 -- question: Which GPU op did each cuda_sync event wait for, and what waited on it?
--- inputs: events, host_calls, gpu_launched
+-- inputs: events, host_calls, gpu_launched, sync_records
 -- columns:
 --   rank: rank
 --   sync_id: events.id of the cuda_sync event that records the wait
 --   src: events.id of the GPU op waited for
 --   dst: events.id of the host call or GPU op that waited
 --   kind: edge kind (sync)
---   subkind: the cuda_sync event's sync kind
+--   subkind: the cuda_sync event's sync kind; `(record inferred)` appended where the event named no record
 --   lag: ns, from the end of the op waited for to the start of what waited
--- notes: A `cuda_sync` event says which host call waited (its correlation) and, for event waits, which cudaEventRecord it
---   waited on (`wait_on_event_correlation`) on which stream (`wait_on_stream`). The GPU work waited for is the last
---   GPU op on that stream whose launch call started before the record call (or, for stream and device syncs, before
---   the waiting call itself). Ids of -1 (libkineto before its cuda_sync fix) name nothing: such events go to
---   diagnostics (unresolved_syncs.sql). host_calls and gpu_launched are the results of those queries.
+-- notes: A `cuda_sync` event says which host call waited (its correlation) and, for event waits, which event record it
+--   waited on on which stream (sync_records.sql: named by the event, else inferred by thread order). The GPU work
+--   waited for is the last GPU op on that stream whose launch call started before the record call (or, for stream
+--   and device syncs, before the waiting call itself). An inferred record the timing refutes (what waited started, or
+--   the call returned, before that op ended) gives no edge. Waits that give none go to diagnostics
+--   (unresolved_syncs.sql). host_calls, gpu_launched and sync_records are the results of those queries.
 with syncs as (
-    select s.rank, s.id as sync_id, s.sync_kind, s.device, s.stream, s.wait_on_stream,
-           c.id as call_id, c.ts as call_ts, r.ts as record_ts
+    select s.rank, s.id as sync_id, s.sync_kind, s.device, s.stream,
+           c.id as call_id, c.ts as call_ts, c.ts + coalesce(e.dur, 0) as call_end,
+           r.recorded_stream, r.record_ts, coalesce(r.record_inferred, false) as record_inferred
     from events s
     join host_calls c on c.rank = s.rank and c.correlation = s.correlation
-    left join host_calls r on r.rank = s.rank and r.correlation = s.wait_on_event_correlation
+    join events e on e.rank = c.rank and e.id = c.id
+    left join sync_records r on r.rank = s.rank and r.sync_id = s.id
     where s.kind = 'sync'
 ),
 -- Where each sync looks for the GPU work it waits on: a stream, and the time that work must have been launched by.
 targets as (
-    select *, wait_on_stream as waited_stream, record_ts as launched_before from syncs
-    where sync_kind in ('Event Sync', 'Stream Wait Event') and wait_on_stream >= 0
+    select *, recorded_stream as waited_stream, record_ts as launched_before from syncs
+    where sync_kind in ('Event Sync', 'Stream Wait Event') and recorded_stream >= 0
     union all
     select *, stream, call_ts from syncs where sync_kind = 'Stream Sync' and stream >= 0
     union all
@@ -43,15 +46,17 @@ first_launched as (
     qualify row_number() over (partition by rank, device, stream, launched_ts order by ts, id) = 1
 ),
 waited as (
-    select t.*, g.id as src, g.end_ts as src_end
+    select t.*, g.id as src, g.end_ts as src_end,
+           t.sync_kind || case when t.record_inferred then ' (record inferred)' else '' end as subkind
     from targets t asof join last_launched g
       on g.rank = t.rank and g.device = t.device and g.stream = t.waited_stream and g.launched_ts < t.launched_before
 )
-select rank, sync_id, src, call_id as dst, 'sync' as kind, sync_kind as subkind, call_ts - src_end as lag
-from waited where sync_kind <> 'Stream Wait Event'
+select rank, sync_id, src, call_id as dst, 'sync' as kind, subkind, call_ts - src_end as lag
+from waited where sync_kind <> 'Stream Wait Event' and (not record_inferred or call_end >= src_end)
 union all
 -- The waiting stream's next op, launched after cudaStreamWaitEvent, cannot start before the waited op ends.
-select w.rank, w.sync_id, w.src, g.id, 'sync', w.sync_kind, g.ts - w.src_end
+select w.rank, w.sync_id, w.src, g.id, 'sync', w.subkind, g.ts - w.src_end
 from (select * from waited where sync_kind = 'Stream Wait Event' and stream >= 0) w
 asof join first_launched g
   on g.rank = w.rank and g.device = w.device and g.stream = w.stream and g.launched_ts > w.call_ts
+where not w.record_inferred or g.ts >= w.src_end

@@ -113,13 +113,16 @@ def verdict(direction: pl.Expr, floor: pl.Expr, call_floor: pl.Expr | None = Non
     practical minimum, in the measure's unit); no change when the whole CI lies within ±floor; inconclusive otherwise
     (the CI reaches 0, or a shift under the call floor whose CI reaches beyond the floor); not enough steps to say
     without a CI. A call floor above the floor (host times with one capture a side) leaves a significant shift under
-    it inconclusive: run-to-run noise of that size is not ruled out. Keys on one side only
-    are added / removed; measures with no better direction (direction 0, counts) get none. Expects the columns of
-    `shift_tests` (or blocks.capture_tests) beside base and cand."""
+    it inconclusive: run-to-run noise of that size is not ruled out. Keys on one side only are added / removed (a
+    value null on both sides gets none); measures with no better direction (direction 0, counts) get none. Expects
+    the columns of `shift_tests` (or blocks.capture_tests) beside base and cand."""
     called = ((pl.col("ci_low") > 0) | (pl.col("ci_high") < 0)) & (pl.col("effect").abs() > (
         floor if call_floor is None else call_floor))
     within = (pl.col("ci_low") >= -floor) & (pl.col("ci_high") <= floor)
-    return (pl.when(pl.col("base").is_null()).then(pl.lit("added"))
+    # A value null on both sides is a key both runs have with nothing to measure (a rate of an op that launched no
+    # kernel): no verdict, not "added".
+    return (pl.when(pl.col("base").is_null() & pl.col("cand").is_null()).then(pl.lit(None, pl.String))
+            .when(pl.col("base").is_null()).then(pl.lit("added"))
             .when(pl.col("cand").is_null()).then(pl.lit("removed"))
             .when(direction == 0).then(pl.lit(None, pl.String))
             .when(pl.col("ci_low").is_null()).then(pl.lit(NOT_ENOUGH))

@@ -5,7 +5,8 @@ Kinds built here:
 - launch: runtime/driver call → GPU kernel/memcpy/memset, joined on (rank, correlation);
 - stream: GPU op → the next GPU op on the same (rank, device, stream);
 - sync: GPU op a `cuda_sync` event waited for → the host call that waited (Event Sync, Stream Sync, Context Sync) or
-  the next GPU op on the waiting stream (Stream Wait Event);
+  the next GPU op on the waiting stream (Stream Wait Event); an event wait that names no record (-1) takes the
+  waiting thread's last event-record call (queries/link/sync_records.sql);
 - sync_inferred: GPU op → the blocking host call that waited for it, where no sync event covers the call: inferred
   from the call's class and its end just after the op's (queries/link/sync_inferred_edges.sql, docs/critical_path.md);
 - stream_wait_inferred: GPU op → a GPU op on another stream that started just after it ended, late for its own stream
