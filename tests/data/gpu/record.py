@@ -17,6 +17,9 @@ prints its traceback and the others still run. Writes, gzipped:
 - ``nccl_rank0of1.json.gz`` (part ``nccl``): training with gradients all-reduced and a tensor all-gathered through
   NCCL (one rank), for real NCCL kernels and ``record_param_comms`` arguments.
 
+- ``waits.json.gz`` (part ``waits``): event waits recorded on the stream the thread last launched on and on another
+  one, a wait that holds a kernel back, and an Event Sync, for the rule that infers an event's record.
+
 Parts run in the order given on the command line (default: the first four); ``recorded.json`` collects what each
 run reported.
 """
@@ -215,6 +218,44 @@ def graph_fork_pair(out):
         export(prof, os.path.join(out, "graph_fork_replay.json.gz"))
 
 
+def waits_trace(path, steps=4):
+    """Event waits whose record the trace may not name: an event recorded on a stream the thread last launched on
+    (e2), one recorded on another stream than the thread's last launch (e3), a wait that holds a kernel back (e1:
+    the side stream's multiply waits for the matmul), and an Event Sync (e2.synchronize())."""
+    x = torch.randn(8192, 8192, device="cuda")
+    side, other = torch.cuda.Stream(), torch.cuda.Stream()
+    main_stream = torch.cuda.current_stream()
+
+    def step():
+        with record_function("waits_step"):
+            x @ x
+            e1 = torch.cuda.Event()
+            e1.record()
+            side.wait_event(e1)
+            with torch.cuda.stream(side):
+                x[:64] * 2
+            with torch.cuda.stream(other):
+                x @ x
+            e2 = torch.cuda.Event()
+            e2.record(other)
+            x + 1
+            e3 = torch.cuda.Event()
+            e3.record(other)
+            main_stream.wait_event(e3)
+            x * 3
+            e2.synchronize()
+            torch.cuda.synchronize()
+
+    for _ in range(2):
+        step()
+    config = torch._C._profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+    with profile(activities=ACTIVITIES, record_shapes=True, schedule=schedule(wait=0, warmup=1, active=steps),
+                 experimental_config=config, on_trace_ready=lambda done: export(done, path)) as prof:
+        for _ in range(steps + 1):
+            step()
+            prof.step()
+
+
 def main(out, names):
     os.makedirs(out, exist_ok=True)
     info = {
@@ -229,6 +270,7 @@ def main(out, names):
         "nccl": lambda: nccl_trace(os.path.join(out, "nccl_rank0of1.json.gz")),
         "wide": lambda: train_trace(os.path.join(out, "changed_wide.json.gz"), steps=6, ffn=8),
         "noise_c": lambda: train_trace(os.path.join(out, "noise_c.json.gz"), steps=6),
+        "waits": lambda: waits_trace(os.path.join(out, "waits.json.gz")),
         "et_train": lambda: train_trace(
             os.path.join(out, "kineto_train.json.gz"), et_path=os.path.join(out, "et_train.json.gz")
         ),
