@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import datetime
+import gzip
 import json
 import os
 import shutil
@@ -258,10 +259,14 @@ def write_outputs(repo: Path, trace: Path, step: int | None, out: Path) -> Path:
 
 
 def compare_outputs(new: Path, base: Path) -> tuple[list[str], list[str]]:
-    """The files under NEW, and those that differ from (or are missing in) BASE, or are only in BASE."""
+    """The files under NEW, and those that differ from (or are missing in) BASE, or are only in BASE. A .gz file is
+    compared decompressed: its header holds the time and the temporary name it was written under."""
+    def content(path: Path) -> bytes:
+        return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+
     files = sorted(str(p.relative_to(new)) for p in new.rglob("*") if p.is_file())
     base_files = sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
-    differ = [f for f in files if f not in base_files or (new / f).read_bytes() != (base / f).read_bytes()]
+    differ = [f for f in files if f not in base_files or content(new / f) != content(base / f)]
     return files, differ + sorted(set(base_files) - set(files))
 
 
