@@ -33,7 +33,8 @@ those dependencies; how each result is bound is the caller's: `prepare` defines 
 tracekit/query/analyses.py materialises results (runs of several analyses that share them).
 
 Stage files are ordered the same way: `stage_order` runs each after the files of its folder whose outputs its
-inputs name, and `run_stage` binds each result under its output name for the ones after it.
+inputs name, and `run_stage`, which runs every stage file, binds each result under its output name for the ones
+after it.
 
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """
