@@ -59,6 +59,17 @@ def median(values) -> float:
     return statistics.median(list(values))
 
 
+def in_process(function, repeats: int) -> tuple[list[float], object]:
+    """Wall seconds of REPEATS calls of FUNCTION in this process, and its last result: for what only runs inside a
+    process (a Spark session, tables already loaded); a whole command is measured by run_fresh."""
+    seconds, result = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        result = function()
+        seconds.append(time.perf_counter() - started)
+    return seconds, result
+
+
 @dataclass(frozen=True)
 class Summary:
     """Medians of several runs of one command."""

@@ -10,17 +10,15 @@ of the baseline; synth communication x0.5 on a 2-rank job. Cost: median of 3 in-
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.measure import SHARED  # noqa: E402
+from bench.measure import SHARED, in_process, median  # noqa: E402
 from tracekit.pipeline import load  # noqa: E402
 from tracekit.replay import replay  # noqa: E402
 
@@ -30,12 +28,8 @@ INPUTS = [p for p in sorted(SHARED.glob("*/*.json*")) if "oracle" not in str(p)]
 
 
 def median_time(fn, runs: int = 3) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(runs):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+    seconds, result = in_process(fn, runs)
+    return median(seconds), result
 
 
 def fidelity(path: Path, runs: int) -> dict | None:

@@ -13,9 +13,10 @@ COMMAND (any of; `all` = every one but same-bytes):
   diff        `tracekit diff` of the shared workers0/workers4 pair against loading each run
   sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
               `tracekit run kernel_summary`, against a load
-  same-bytes  the workbooks and timelines of this checkout and of `--baseline` (e.g. a worktree of the base
-              commit), byte by byte;
-              exit 1 if any differs (run before every speed commit)
+  same-bytes  every output of this checkout and of `--baseline` (e.g. a worktree of the base commit), byte by
+              byte: report, timeline (whole and --step), export chakra, graph --step (and a missing step's
+              message), replay (rows and timeline, whole and --step), run --step; exit 1 if any differs
+              (run before every speed or refactoring commit)
 
 Every figure is the median of --repeat runs, the commands of one table alternating run by run so that a change of
 the machine's load hits all alike: read the ratios, which come from one run. CPU is user + system seconds of the
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import datetime
+import gzip
 import json
 import os
 import shutil
@@ -45,7 +47,8 @@ TRACES = ["nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "et_pairs/rtx2080ti
 DIFF_PAIR = ("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
              "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz")
 SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz",
-                              "multirank/dlrm_8ranks_v100", "nvidia/h100_bert-small.json.gz"]
+                              "multirank/dlrm_8ranks_v100", "nvidia/h100_bert-small.json.gz",
+                              "et_pairs/cpu_torch2.13_single", "et_pairs/a100_simple_add"]
 ORJSON = ("import gzip, sys, orjson; p = sys.argv[1]; "
           "orjson.loads(gzip.open(p).read() if p.endswith('.gz') else open(p, 'rb').read())")
 STAGES = ("imports", "read", "link", "analyses", "write")
@@ -212,28 +215,22 @@ class Bench:
                             "sql on dataset peak MB", "run peak MB"], rows))
 
     def same_bytes(self) -> bool:
-        """Reports and timelines of SAME_BYTES_TRACES from this checkout and the baseline, compared file by file."""
+        """Every output (OUTPUTS) of SAME_BYTES_TRACES from this checkout and the baseline, compared file by file."""
         if not self.args.baseline:
             raise SystemExit("same-bytes needs --baseline DIR (e.g. `git worktree add /tmp/base BASE_COMMIT`)")
-        self.heading(f"same-bytes: workbooks and timelines of {REPO} against {self.args.baseline}")
+        self.heading(f"same-bytes: every output of {REPO} against {self.args.baseline}")
         same = True
         for name in self.args.traces if self.args.traces != TRACES else SAME_BYTES_TRACES:
             trace = SHARED / name
             if not trace.exists():
                 continue
-            outs = []
-            for label, repo in (("new", REPO), ("base", self.args.baseline)):
-                out = self.tmp / "same" / label / name.replace("/", "_")
-                run_fresh(tracekit_cmd("report", str(trace), "-o", str(out / "report"), "--force"), (0, 3), repo)
-                run_fresh(tracekit_cmd("timeline", str(trace), "-o", str(out / "timeline.json")), (0, 3), repo)
-                outs.append(out)
-            files = sorted(str(p.relative_to(outs[0])) for p in outs[0].rglob("*") if p.is_file())
-            base_files = sorted(str(p.relative_to(outs[1])) for p in outs[1].rglob("*") if p.is_file())
-            differ = [f for f in files if f not in base_files
-                      or (outs[0] / f).read_bytes() != (outs[1] / f).read_bytes()]
-            differ += sorted(set(base_files) - set(files))
+            step = first_step(trace, self.args.baseline)
+            outs = [write_outputs(repo, trace, step, self.tmp / "same" / label / name.replace("/", "_"))
+                    for label, repo in (("new", REPO), ("base", self.args.baseline))]
+            files, differ = compare_outputs(*outs)
             same &= not differ
-            print(f"- {name}: {', '.join(files)}: " + ("identical" if not differ else f"DIFFER: {differ}"), flush=True)
+            print(f"- {name} (step {step}): {len(files)} files: " + ("identical" if not differ
+                                                                    else f"DIFFER: {differ}"), flush=True)
         return same
 
 
@@ -241,6 +238,58 @@ def peak_rss_mb() -> float:
     """This process's peak RSS so far (VmHWM), MiB."""
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
+
+
+def first_step(trace: Path, repo: Path = REPO) -> int | None:
+    """The first steady step of TRACE (of any rank), else its first step, as checkout REPO finds them; None without
+    steps."""
+    proc = subprocess.run(tracekit_cmd("run", "steps", str(trace), "--format", "json"),
+                          env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True, check=True)
+    rows = json.loads(proc.stdout)
+    steps = sorted({r["step"] for r in rows if r["steady"]}) or sorted({r["step"] for r in rows})
+    return steps[0] if steps else None
+
+
+def outputs(trace: Path, step: int | None) -> dict[str, list[str]]:
+    """What same-bytes compares: a file → the command writing it (its stdout, for NAME.stdout), run in the output
+    folder (relative paths, so that a message naming a file reads the same from both checkouts)."""
+    t = str(trace)
+    commands = {"report": ["report", t, "-o", "report", "--force"],
+                "timeline.json": ["timeline", t, "-o", "timeline.json"],
+                "chakra": ["export", "chakra", t, "-o", "chakra"],
+                "replay.stdout": ["replay", t, "--format", "json", "-o", "replay_timeline.json.gz"]}
+    if step is not None:
+        commands |= {"graph.graphml": ["graph", t, "--step", str(step), "-o", "graph.graphml", "-o", "graph.dot"],
+                     "timeline_step.json": ["timeline", t, "--step", str(step), "-o", "timeline_step.json"],
+                     "replay_step.stdout": ["replay", t, "--step", str(step), "--format", "json"],
+                     "run_step.stdout": ["run", "kernel_summary", t, "--step", str(step), "--format", "csv"]}
+    return commands | {"missing_step.stdout": ["graph", t, "--step", "999999", "-o", "missing.dot"]}
+
+
+def write_outputs(repo: Path, trace: Path, step: int | None, out: Path) -> Path:
+    """OUTPUTS of TRACE written by checkout REPO under OUT; for NAME.stdout, the command's stdout, stderr and exit
+    code."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, args in outputs(trace, step).items():
+        proc = subprocess.run(tracekit_cmd(*args), env={**os.environ, "PYTHONPATH": str(repo)}, cwd=out,
+                              capture_output=True)
+        if name.endswith(".stdout"):
+            (out / name).write_bytes(proc.stdout + proc.stderr + f"\nexit {proc.returncode}\n".encode())
+        elif proc.returncode not in (0, 3):
+            (out / f"{name}.failed").write_bytes(proc.stderr)
+    return out
+
+
+def compare_outputs(new: Path, base: Path) -> tuple[list[str], list[str]]:
+    """The files under NEW, and those that differ from (or are missing in) BASE, or are only in BASE. A .gz file is
+    compared decompressed: its header holds the time and the temporary name it was written under."""
+    def content(path: Path) -> bytes:
+        return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+
+    files = sorted(str(p.relative_to(new)) for p in new.rglob("*") if p.is_file())
+    base_files = sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
+    differ = [f for f in files if f not in base_files or content(new / f) != content(base / f)]
+    return files, differ + sorted(set(base_files) - set(files))
 
 
 def stages_child(trace: Path, out: Path) -> None:

@@ -24,16 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.measure import REPO, SHARED, in_process, median  # noqa: E402
+
 QUERIES = REPO / "bench" / "second_engine"
-DLRM = REPO.parent / "shared" / "traces" / "multirank" / "dlrm_8ranks_v100"
+DLRM = SHARED / "multirank" / "dlrm_8ranks_v100"
 MARKER = "_tracekit.json"
 RELATIVE_TOLERANCE = 1e-9
 
@@ -132,15 +133,6 @@ def differences(left: tuple[list[str], list[tuple]], right: tuple[list[str], lis
     return found[:limit]
 
 
-def timed(function, repeats: int) -> tuple[list[float], object]:
-    seconds, result = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = function()
-        seconds.append(time.perf_counter() - started)
-    return seconds, result
-
-
 def schema_report(spark, dataset: Path) -> list[str]:
     """Every column whose Spark type or position is not what tracekit.schema says, one line each."""
     from tracekit import schema
@@ -185,15 +177,15 @@ def main() -> None:
                             "rows_per_table": rows_per_table, "schema_notes": schema_notes, "queries": {}}, False
         spark_text = spark_queries()
         for name, text in tracekit_queries().items():
-            duck_s, duck = timed(lambda: run_tracekit(dataset, text), args.repeats)
-            spark_s, sparked = timed(lambda: run_spark(spark, dataset, *spark_text[name]), args.repeats)
+            duck_s, duck = in_process(lambda: run_tracekit(dataset, text), args.repeats)
+            spark_s, sparked = in_process(lambda: run_spark(spark, dataset, *spark_text[name]), args.repeats)
             found = differences(duck, sparked)
             failed |= bool(found)
             verdict = "MATCH" if not found else "DIFFER:\n    " + "\n    ".join(found)
             print(f"\n{name}: {len(duck[1])} rows, {verdict}")
-            print(f"  tracekit (DuckDB): median {statistics.median(duck_s) * 1e3:.0f} ms "
+            print(f"  tracekit (DuckDB): median {median(duck_s) * 1e3:.0f} ms "
                   f"(runs: {', '.join(f'{s * 1e3:.0f}' for s in duck_s)})")
-            print(f"  Spark:             median {statistics.median(spark_s) * 1e3:.0f} ms "
+            print(f"  Spark:             median {median(spark_s) * 1e3:.0f} ms "
                   f"(runs: {', '.join(f'{s * 1e3:.0f}' for s in spark_s)})")
             print("  " + " | ".join(duck[0]))
             for row in duck[1]:

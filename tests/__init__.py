@@ -1,0 +1,1 @@
+"""The test suite: oracles, ground truth and independent computation from the raw JSON, never the code's own output."""

@@ -3,6 +3,7 @@ comment in tracekit/ names a tracekit module or file that does not."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import re
@@ -127,3 +128,19 @@ def test_docstrings_and_comments_name_modules_that_exist():
                 if not ok:
                     missing.append(f"{path.relative_to(REPO)}:{line_number}: {mention}")
     assert not missing, "names of modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_every_package_says_what_it_is_for():
+    """Each folder of Python modules (tracekit/, tests/, bench/) is an explicit package whose __init__.py opens with
+    a docstring whose first line says what the package is for (tests/data/ holds data, and the scripts that
+    recorded it)."""
+    folders = {path.parent for top in ("tracekit", "tests", "bench") for path in (REPO / top).rglob("*.py")
+               if "__pycache__" not in path.parts and not path.is_relative_to(REPO / "tests" / "data")}
+    missing = []
+    for folder in sorted(folders):
+        init = folder / "__init__.py"
+        text = init.read_text() if init.exists() else ""
+        first = ast.get_docstring(ast.parse(text)) if text else None
+        if not first or not first.splitlines()[0].strip():
+            missing.append(str(init.relative_to(REPO)))
+    assert not missing, f"packages without a one-line purpose in __init__.py: {missing}"

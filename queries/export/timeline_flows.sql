@@ -1,5 +1,5 @@
 -- question: Which arrows does the all-ranks timeline draw, and where do their two ends sit?
--- inputs: edges, timeline_slices (rank, id, pid, tid, ts, end_ns of every slice placed), timeline_path (critical
+-- inputs: edges, placed_slices (rank, id, pid, tid, ts, end_ns of every slice placed), path_segments (critical
 --   path segments: rank, step, position, event_id, start_ns, end_ns), $base (ns, the file's base time)
 -- columns:
 --   cat: launch, sync or critical_path
@@ -28,14 +28,14 @@ edge_arrows as (
            d.pid as dst_pid, d.tid as dst_tid, d.ts as dst_lo, d.end_ns as dst_hi,
            greatest(d.ts, least(s.end_ns, d.end_ns)) as dst_at
     from edges e
-    join timeline_slices s on s.rank = e.rank and s.id = e.src
-    join timeline_slices d on d.rank = e.rank and d.id = e.dst
+    join placed_slices s on s.rank = e.rank and s.id = e.src
+    join placed_slices d on d.rank = e.rank and d.id = e.dst
     where e.kind in ('launch', 'sync')
 ),
 path_moves as (
     select rank, event_id, start_ns, end_ns,
            lead(event_id) over w as next_event, lead(start_ns) over w as next_start, lead(end_ns) over w as next_end
-    from timeline_path
+    from path_segments
     where event_id is not null
     window w as (partition by rank, step order by position)
 ),
@@ -55,8 +55,8 @@ path_arrows as (
                 else d.end_ns end as dst_hi,
            m.next_start as dst_at
     from path_moves m
-    join timeline_slices s on s.rank = m.rank and s.id = m.event_id
-    join timeline_slices d on d.rank = m.rank and d.id = m.next_event
+    join placed_slices s on s.rank = m.rank and s.id = m.event_id
+    join placed_slices d on d.rank = m.rank and d.id = m.next_event
     where m.next_event <> m.event_id
 ),
 placed as (

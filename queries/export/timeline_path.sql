@@ -1,5 +1,5 @@
 -- question: Which slices does the critical-path track of the all-ranks timeline hold?
--- inputs: timeline_path (critical_path rows with the track's pid and tid), $base (ns, the file's base time)
+-- inputs: path_segments (critical_path rows with the track's pid and tid), $base (ns, the file's base time)
 -- columns:
 --   pid: pid of the rank's critical-path process
 --   tid: tid of its track
@@ -20,5 +20,5 @@ select pid, tid,
        || ',"dur":' || format('{}.{:03d}', duration_ns // 1000, duration_ns % 1000)
        || ',"args":' || to_json({'category': category, 'event': name, 'event_id': event_id, 'step': step,
                                   'position': position, 'rank': rank}) as body
-from timeline_path
+from path_segments
 order by rank, start_ns, position

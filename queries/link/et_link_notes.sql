@@ -1,10 +1,16 @@
 -- question: How many ET nodes and Kineto ops were left unlinked, per rank?
--- inputs: et_nodes, events, link_method
--- notes: et_nodes here has event_id filled (the links made).
-with nodes as (select rank, count(*) as n, count(event_id) as linked from et_nodes group by rank),
+-- inputs: et_nodes, et_links, events, link_method
+-- columns:
+--   rank: rank
+--   reason: et_unlinked_nodes or et_unlinked_ops
+--   detail: how many were left unlinked, of how many, and how the rank was linked
+with nodes as (
+    select n.rank, count(*) as n, count(l.id) as linked
+    from et_nodes n left join et_links l on l.rank = n.rank and l.id = n.id group by n.rank
+),
 ops as (
     select e.rank, count(*) as n, count(l.id) as linked
-    from events e left join et_nodes l on l.rank = e.rank and l.event_id = e.id
+    from events e left join et_links l on l.rank = e.rank and l.event_id = e.id
     where e.kind in ('cpu_op', 'user_annotation') group by e.rank
 )
 select nodes.rank, 'et_unlinked_nodes' as reason,

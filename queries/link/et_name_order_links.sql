@@ -1,5 +1,10 @@
 -- question: Which Kineto event is each ET node, by name and order (ranks linked by name_order)?
 -- inputs: et_seq, k_seq, thread_map, offsets
+-- columns:
+--   rank: rank
+--   id: et_nodes.id
+--   event_id: events.id of the Kineto op it is
+--   link_method: name_order
 -- notes: Within the overlap of the two windows, the n-th ET node named X ↔ the n-th Kineto op named X.
 with window_nodes as (
     select e.rank, e.et_tid, e.id, e.name,

@@ -1,5 +1,11 @@
 -- question: Where does each ET thread's window start within its Kineto thread?
--- inputs: et_seq, k_seq, thread_map
+-- outputs: offsets
+-- inputs: et_seq, k_seq, thread_map (tracekit/link/et.py: one Kineto thread per ET thread, from et_thread_agreement)
+-- columns:
+--   rank: rank
+--   et_tid: an ET thread
+--   delta: Kineto position - ET position of the ET thread's window on its Kineto thread
+--   anchors: the nodes that agree on that difference
 -- notes: The ET may hold another stretch of the run than Kineto (e.g. one iteration out of forty). Nodes whose autograd
 --   sequence number and name equal a Kineto op's anchor the two sequences: the most common position difference is
 --   the offset of the ET window within the Kineto thread. Without anchors (the ET recorded another iteration than

@@ -1,5 +1,10 @@
 -- question: Which Kineto event is each ET node, by record function id (ranks linked by rf_id)?
 -- inputs: et_nodes, events, link_method
+-- columns:
+--   rank: rank
+--   id: et_nodes.id
+--   event_id: events.id of the Kineto op it is
+--   link_method: rf_id
 -- notes: rf_id is unique per record function on both sides; ids that repeat (the ET's root nodes all carry 0) link nothing.
 with nodes as (
     select rank, id, rf_id from et_nodes

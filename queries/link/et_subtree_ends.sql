@@ -1,8 +1,13 @@
 -- question: Where does each ET node's subtree end (the largest id among it and its descendants)?
+-- outputs: subtree
 -- inputs: et_nodes
+-- columns:
+--   rank: rank
+--   id: et_nodes.id
+--   subtree_end: the largest id among the node and its descendants
 -- notes: A node has written its outputs only once its subtree is done, so an op nested inside an in-place op
 --   (zero_ → fill_) reads the tensor as it was before the enclosing op, not from it. Depth is capped so a malformed
---   parent cycle cannot recurse for ever. Kept as the temp table subtree.
+--   parent cycle cannot recurse for ever.
 with recursive up(rank, id, ancestor, depth) as (
     select rank, id, parent, 1 from et_nodes where parent is not null and parent <> id
     union all

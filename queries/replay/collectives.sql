@@ -1,4 +1,5 @@
 -- question: Which collective kernels does a replay couple across ranks, with what measured transfer time?
+-- outputs: replay_collectives
 -- inputs: events, edges, ranks
 -- includes: lib/collectives
 -- columns:

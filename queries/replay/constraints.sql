@@ -1,4 +1,5 @@
 -- question: Which cross-chain dependencies hold a replayed event back, with what measured lag?
+-- outputs: replay_constraints
 -- inputs: events, edges
 -- columns:
 --   rank: rank
@@ -9,13 +10,13 @@
 --     call that waited for a GPU op, recorded or inferred), wait (dst's START: a GPU op after cudaStreamWaitEvent),
 --     flow (dst's START: a backward op after its forward op), wake (a host thread that resumed after another
 --     thread's point: src_end and dst_end say which points)
---   src_end: true when src's end releases the dependant, false its start
---   dst_end: true when the constraint holds dst's end (a sync; a wake into a call that waited), false its start
 --   lag: ns, measured dst start (sync: dst end) - src end (launch_start: - src start; wake: dst's point - src's)
 --   dst_ts: ns, dst's measured start
 --   dst_dur: ns, dst's measured duration
 --   inferred: true for a sync, wait or wake from an inferred edge (sync_inferred, stream_wait_inferred,
 --     thread_wait_inferred: the trace recorded no event for it)
+--   src_end: true when src's end releases the dependant, false its start
+--   dst_end: true when the constraint holds dst's end (a sync; a wake into a call that waited), false its start
 -- notes: From the launch, sync, sync_inferred, stream_wait_inferred, thread_wait_inferred and flow edges of
 --   tracekit/link/edges.py;
 --   nest and stream edges are the chains. A sync_inferred edge (src the GPU op waited for, dst the host call that

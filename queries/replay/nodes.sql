@@ -1,4 +1,5 @@
 -- question: Which events does a replay re-time, on which chain, with which parent?
+-- outputs: replay_nodes
 -- inputs: events, edges
 -- columns:
 --   rank: rank

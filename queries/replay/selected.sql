@@ -1,4 +1,5 @@
 -- question: Which events does one what-if selector pick, and what part of their time does it change?
+-- outputs: replay_selected
 -- inputs: events, edges
 -- includes: lib/categories
 -- columns:

@@ -1,4 +1,5 @@
 -- question: Which names could a what-if selector of one kind match (for the closest names when one matches nothing)?
+-- outputs: replay_selector_names
 -- inputs: events
 -- includes: lib/categories
 -- columns:

@@ -1,4 +1,5 @@
 -- question: Which ProfilerStep numbers do the ranks asked for have (what a --step may name)?
+-- outputs: scope_steps
 -- inputs: events, edges, graph_kernels (through step_windows()), $ranks (a list of ranks; null: every rank)
 -- includes: lib/steps
 -- columns:

@@ -1,0 +1,1 @@
+"""Tests of the commands: options, one-line errors and exit codes, progress."""

@@ -1,0 +1,1 @@
+"""Tests of the diff: sections, verdicts, captures, the workbook and the terminal."""

@@ -7,6 +7,7 @@ import math
 import statistics
 
 import numpy as np
+import openpyxl
 import polars as pl
 import pytest
 from click.testing import CliRunner
@@ -511,7 +512,6 @@ def test_noisy_candidate_whose_steps_all_exceed_the_baseline_is_slower(tmp_path)
 # The workbook (reports/diff.toml through the report framework's writer)
 
 def read_workbook(path) -> dict[str, list[tuple]]:
-    openpyxl = pytest.importorskip("openpyxl")
     book = openpyxl.load_workbook(path)
     return {ws.title: [tuple(r) for r in ws.iter_rows(values_only=True)] for ws in book.worksheets}, book
 

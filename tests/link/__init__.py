@@ -1,0 +1,1 @@
+"""Tests of the link stage: every edge kind against the raw trace, and Execution Trace linking."""

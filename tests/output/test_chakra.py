@@ -30,8 +30,6 @@ GPU_KINDS = ("kernel", "memcpy", "memset")
 @pytest.fixture(scope="module")
 def et_def(tmp_path_factory):
     """et_def_pb2, compiled from the repository's .proto by grpc_tools' protoc."""
-    pytest.importorskip("google.protobuf")
-    pytest.importorskip("grpc_tools")
     out = tmp_path_factory.mktemp("et_def")
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO.parent}", f"--python_out={out}",
                     str(PROTO)], check=True)

@@ -1,11 +1,15 @@
 """Stage SQL (queries/link, scope, output, export, replay, diff) declares what it reads, and the catalog orders the
-passes from those declarations: a file that reads a relation its `inputs:` header leaves out fails here, as does
-a pass that would run before a pass it reads, and a file whose result another file reads documents its columns."""
+passes from those declarations: a file that reads a relation its `inputs:` header leaves out fails here (by its
+text, and by running every file of every folder on a connection holding only what it declares), as does a pass that
+would run before a pass it reads, stage SQL run outside catalog.run_stage, and a file whose result another file
+reads without a columns header (or whose columns are not its header's)."""
 
 from __future__ import annotations
 
 import re
+import sys
 
+import polars as pl
 import pytest
 
 import tracekit
@@ -69,12 +73,14 @@ def test_a_file_whose_result_another_reads_documents_its_columns():
 
 
 def test_passes_run_after_the_passes_they_read():
-    """An independent check of stage_order: each pass comes after every pass of its folder whose output its
-    inputs name, the link stage holds every pass build_edges keeps, and each runs once."""
-    for roots in ([f"link/{name}" for name in link_edges.LINK_RESULTS], ["scope/members"],
-                  ["export/chakra_nodes", "export/chakra_deps"]):
+    """An independent check of stage_order: in every stage folder, each pass comes after every pass of its folder
+    whose output its inputs name, and each runs once; a pass an earlier run made (`bound`) is not run again."""
+    folders = sorted({name.rpartition("/")[0] for name in STAGE_FILES})
+    assert folders == ["diff", "export", "link", "output", "replay", "scope"]
+    for folder in folders:
+        roots = [name for name in STAGE_FILES if name.startswith(f"{folder}/")]
         order = catalog.stage_order(roots)
-        assert len(order) == len(set(order)) and set(roots) <= set(order)
+        assert len(order) == len(set(order)) and set(order) == set(roots)
         made = {catalog.load_query(name).output: i for i, name in enumerate(order)}
         for i, name in enumerate(order):
             for needed in catalog.load_query(name).input_names:
@@ -82,19 +88,77 @@ def test_passes_run_after_the_passes_they_read():
     assert catalog.stage_order(["scope/members"]) == ["scope/members_by_step", "scope/windows", "scope/members"]
     assert catalog.stage_order(["export/chakra_deps"]) == [
         "export/chakra_owners", "export/chakra_compute", "export/chakra_nodes", "export/chakra_deps"]
+    assert catalog.stage_order(["link/et_offsets"], bound={"et_seq"}) == [
+        "link/et_link_method", "link/kineto_sequences", "link/et_offsets"]
 
 
-def test_each_link_pass_runs_with_only_its_declared_inputs():
-    """Run every link pass of build_edges, in the catalog's order, on a connection holding only the relations its
-    header declares (the trace tables and earlier passes' results it names): an undeclared read fails to bind."""
-    tables = tracekit.load(shared_trace("nvidia/h100_bert-small.json.gz"))
-    results = dict(tables.items())
-    for name in catalog.stage_order([f"link/{name}" for name in link_edges.LINK_RESULTS]):
-        query = catalog.load_query(name)
-        with connection.connect(threads=1) as con:
-            for relation in query.input_names:
-                con.register(relation, results[relation])
-            results[query.output] = con.sql(catalog.ready(con, name)).to_arrow_table()
-        if query.columns:  # the header's columns are the result's, in order
-            assert list(query.columns) == results[query.output].column_names, name
-    assert results["launch_edges"].num_rows > 0
+@pytest.fixture
+def stages_run_alone(monkeypatch):
+    """catalog.run_stage, with every file it runs also run on a connection of its own that holds only the relations
+    its header declares (copied from the caller's connection): an undeclared read fails to bind there. Returns the
+    files run, the stage files whose SQL was taken from the catalog (`ready`) outside run_stage, and the files whose
+    result's columns are not their header's."""
+    original_run, original_ready = catalog.run_stage, catalog.ready
+    seen = {"ran": [], "outside": [], "columns": [], "depth": 0}
+
+    def ready(con, name):
+        if "/" in name and not name.startswith("lib/") and not seen["depth"]:
+            seen["outside"].append(name)
+        return original_ready(con, name)
+
+    def run_stage(con, names, parameters=None, temp_tables=False, bound=()):
+        seen["depth"] += 1
+        try:
+            made = {}
+            for name in catalog.stage_order(names, bound):
+                query = catalog.load_query(name)
+                with connection.connect(threads=1) as alone:
+                    for relation in query.input_names:
+                        alone.register(relation, con.sql(f"from {relation}").to_arrow_table())
+                    result = alone.sql(ready(alone, name), params=(parameters or {}).get(name)).to_arrow_table()
+                if query.columns and list(query.columns) != result.column_names:  # the header's, in order
+                    seen["columns"].append(f"{name}: header {list(query.columns)}, result {result.column_names}")
+                made |= original_run(con, [name], parameters, temp_tables, set(bound) | made.keys())
+                seen["ran"].append(name)
+            return made
+        finally:
+            seen["depth"] -= 1
+
+    monkeypatch.setattr(catalog, "ready", ready)
+    for module in list(sys.modules.values()):  # modules that imported the names themselves
+        if getattr(module, "__name__", "").startswith("tracekit.") and module is not catalog:
+            for attribute, replacement in (("run_stage", run_stage), ("ready", ready)):
+                if getattr(module, attribute, None) in (original_run, original_ready):
+                    monkeypatch.setattr(module, attribute, replacement)
+    monkeypatch.setattr(catalog, "run_stage", run_stage)
+    return seen
+
+
+def test_every_stage_file_runs_with_only_its_declared_inputs(tmp_path, stages_run_alone):
+    """Every command that runs stage SQL, on a synthetic job (steps, GPU work, collectives) and an Execution Trace
+    pair: each file of every stage folder binds with only what it declares, and no stage SQL runs outside
+    catalog.run_stage."""
+    from tracekit import diff, replay, synth
+    from tracekit.output import chakra, graph, timeline
+    from tracekit.query import step_scope
+
+    et_pair = tracekit.load(shared_trace("et_pairs/a100_simple_add"))  # linked by name order: every ET pass
+    assert et_pair.et_nodes.num_rows > 0
+    synth.generate(tmp_path / "job", ranks=2, steps=3, seed=1)
+    tables = tracekit.load(tmp_path / "job")
+    link_edges.inferred_edges(tables, recorded_first=False)
+    graph.write_graph(tables, tmp_path / "step.dot", step=1)
+    first = pl.from_arrow(tables.events)["ts"].min()
+    graph.write_graph(tables, tmp_path / "range.dot", start_ns=first, end_ns=first + 10**6)
+    timeline.write_timeline(tables, tmp_path / "timeline.json", step=1)
+    chakra.write_chakra(tables, tmp_path / "chakra")
+    replay.replay(tables, scale={"kernel:": 2.0}, step=1)
+    with pytest.raises(tracekit.InputError, match="matches nothing"):
+        replay.replay(tables, scale={"kernel:no such kernel": 2.0})
+    with pytest.raises(tracekit.InputError, match="no ProfilerStep#99"):
+        step_scope.step_tables(tables, 99)
+    diff.compare(tables, tables)
+    assert not stages_run_alone["outside"], f"stage SQL run outside catalog.run_stage: {stages_run_alone['outside']}"
+    assert not stages_run_alone["columns"], "\n".join(stages_run_alone["columns"])
+    missing = sorted(set(STAGE_FILES) - set(stages_run_alone["ran"]))
+    assert not missing, f"stage files no command ran here: {missing}"

@@ -1,0 +1,1 @@
+"""Tests of the read stage: decoding, salvage, screening, datasets, fuzzed input."""

@@ -1,0 +1,1 @@
+"""Tests of replay and what-if against measured steps and ground truth."""

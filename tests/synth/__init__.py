@@ -1,0 +1,1 @@
+"""Tests of the synthetic traces and their ground truth."""

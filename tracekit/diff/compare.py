@@ -186,7 +186,7 @@ def compare_section(con, section: Section, sides: dict[str, list[Side]], warmup:
          for m in section.metrics],
         orient="row", schema={"metric": pl.String, "direction": pl.Int32, "aggregation": pl.String,
                               "abs_floor": pl.Float64, "floor_percent": pl.Float64}))
-    matched = con.sql(catalog.ready(con, "diff/compare")).pl()
+    matched = pl.from_arrow(catalog.run_stage(con, ["diff/compare"])["compare"])
     return mark_deciders(section, judged(matched, settings))
 
 

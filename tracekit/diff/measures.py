@@ -80,7 +80,7 @@ def additive_measures(con, section: Section, totals: pl.DataFrame | None, per_st
     con.register("totals", totals_long)
     con.register("step_values", per_step_long)
     con.register("steps", steps.cast(STEP_SCHEMA))
-    return con.sql(catalog.ready(con, "diff/measures")).pl()
+    return pl.from_arrow(catalog.run_stage(con, ["diff/measures"])["measures"])
 
 
 def collective_measures(con, side: Side, section: Section, warmup: tuple[int, ...]) -> pl.DataFrame:

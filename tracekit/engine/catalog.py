@@ -33,7 +33,8 @@ those dependencies; how each result is bound is the caller's: `prepare` defines 
 tracekit/query/analyses.py materialises results (runs of several analyses that share them).
 
 Stage files are ordered the same way: `stage_order` runs each after the files of its folder whose outputs its
-inputs name, and `run_stage` binds each result under its output name for the ones after it.
+inputs name, and `run_stage`, which runs every stage file, binds each result under its output name for the ones
+after it.
 
 Python only orchestrates: it loads the text, registers the tables and returns the result.
 """
@@ -246,28 +247,36 @@ def dependency_order(names, needs, relation: str, verb: str, missing: str) -> li
     return order
 
 
-def stage_order(names) -> list[str]:
+def stage_order(names, bound=()) -> list[str]:
     """Stage files NAMES (link/flow_edges, scope/members, ...) and the files of their folders whose results they
     read, transitively, each after those: the one order of a stage's passes, from what each file declares.
 
     A file reads another of its folder when its `inputs:` names that file's output (`outputs:`, by default its
-    name); its other inputs are trace tables, parameters or relations its caller binds."""
+    name); its other inputs are trace tables, parameters or relations its caller binds. A file whose output is in
+    `bound` (made by an earlier run_stage on the connection) is neither run again nor followed."""
+    bound = set(bound)
+
     def reads(name: str) -> list[str]:
         folder = name.rpartition("/")[0]
         made = {load_query(f"{folder}/{p.stem}").output: f"{folder}/{p.stem}"
                 for p in sorted((queries_dir() / folder).glob("*.sql"))}
-        return [made[i] for i in load_query(name).input_names if i in made and made[i] != name]
+        return [made[i] for i in load_query(name).input_names if i in made and made[i] != name and i not in bound]
 
     return dependency_order(names, reads, "inputs", "reads", "does not exist")
 
 
 def run_stage(con: duckdb.DuckDBPyConnection, names, parameters: dict[str, dict] | None = None,
-              temp_tables: bool = False) -> dict:
+              temp_tables: bool = False, bound=()) -> dict:
     """Run stage files NAMES and what they read, in stage_order, each result bound on `con` under its output name
     for the files after it to read: registered as an Arrow table, or with `temp_tables` kept as a DuckDB temp table.
-    `parameters`: file → its named parameters. Returns output name → Arrow table (None for a temp table)."""
+    `parameters`: file → its named parameters. `bound`: outputs an earlier run_stage on `con` made (a stage with a
+    Python pass between its files runs in two calls: the second is given the first's results). Returns output
+    name → Arrow table (None for a temp table).
+
+    Every stage file runs here (tests/query/test_stage_order.py runs each on a connection holding only what it
+    declares)."""
     results = {}
-    for name in stage_order(names):
+    for name in stage_order(names, bound):
         output, params = load_query(name).output, (parameters or {}).get(name)
         if temp_tables:
             con.execute(f"create or replace temp table {output} as {ready(con, name)}", params)

@@ -34,8 +34,8 @@ NESTING_KINDS = ("trace", "user_annotation", "python_function", "cpu_op", "runti
 # Among events with identical start and duration, the outer one comes first in this order.
 NESTING_RANK = {kind: i for i, kind in enumerate(NESTING_KINDS)}
 # The link passes whose results build_edges keeps (queries/link/NAME.sql); the catalog adds the passes they read
-# (host_calls, gpu_launched, flow_bindings) and orders them all.
-LINK_RESULTS = ("launch_edges", "stream_edges", "unlinked_launches", "sync_edges", "unresolved_syncs",
+# (host_calls, gpu_launched, sync_edges, flow_bindings) and orders them all.
+LINK_RESULTS = ("launch_edges", "stream_edges", "unlinked_launches", "sync_edge_pairs", "unresolved_syncs",
                 "sync_inferred_edges", "stream_wait_inferred_edges", "thread_wait_inferred_edges", "flow_edges",
                 "unbound_flows")
 
@@ -47,11 +47,9 @@ def build_edges(tables: TraceTables) -> TraceTables:
     with tables.connect() as con:
         # each pass after the passes whose results it reads (their `inputs:` headers), each computed once
         made = catalog.run_stage(con, [f"link/{name}" for name in LINK_RESULTS])
-        # Two sync events of one call would give the same edge twice; each still counts as resolved.
-        sync = con.sql("select distinct on (rank, src, dst) * from sync_edges").to_arrow_table()
-    launch, stream, sync_inferred, stream_wait_inferred, thread_wait_inferred, flow = (
-        made[name] for name in ("launch_edges", "stream_edges", "sync_inferred_edges", "stream_wait_inferred_edges",
-                                "thread_wait_inferred_edges", "flow_edges"))
+    launch, stream, sync, sync_inferred, stream_wait_inferred, thread_wait_inferred, flow = (
+        made[name] for name in ("launch_edges", "stream_edges", "sync_edge_pairs", "sync_inferred_edges",
+                                "stream_wait_inferred_edges", "thread_wait_inferred_edges", "flow_edges"))
     launch_notes, sync_notes, flow_notes = (made[name] for name in ("unlinked_launches", "unresolved_syncs",
                                                                      "unbound_flows"))
     edges = pa.concat_tables([schema.conform("edges", t) for t in (nest, launch, stream, sync, sync_inferred,
@@ -71,7 +69,9 @@ def inferred_edges(tables: TraceTables, recorded_first: bool = True) -> pa.Table
             con.register(f"{kind}_edges", tables.edges.filter(pc.equal(kinds, kind)))
         con.register("sync_edges", tables.edges.filter(pc.equal(kinds, "sync")) if recorded_first
                      else schema.empty("edges"))
-        return pa.concat_tables([schema.conform("edges", con.sql(catalog.ready(con, f"link/{name}")).to_arrow_table())
+        made = catalog.run_stage(con, ["link/sync_inferred_edges", "link/stream_wait_inferred_edges"],
+                                 bound=("launch_edges", "stream_edges", "sync_edges"))
+        return pa.concat_tables([schema.conform("edges", made[name])
                                  for name in ("sync_inferred_edges", "stream_wait_inferred_edges")])
 
 

@@ -59,48 +59,44 @@ def attach_execution_traces(tables: TraceTables, traces: list[ParsedFile | Locat
                                  for name in ("et_nodes", "et_tensors")},
                               diagnostics=pa.concat_tables([tables.diagnostics, notes_table]
                                                            + [p["diagnostics"] for p in parts]))
-    linked = link_events(read, sources)
-    edges, edge_notes = et_edges(linked)
-    return linked.with_tables(edges=pa.concat_tables([linked.edges, edges]),
-                              diagnostics=pa.concat_tables([linked.diagnostics, stage_notes(edge_notes, sources)]))
+    return link_events(read, sources)
 
 
 # --------------------------------------------------------------------------- linking
 
 def link_events(tables: TraceTables, sources: dict[int, str] | None = None) -> TraceTables:
-    """et_nodes with `event_id` and `link_method` filled; link notes (stage et) in diagnostics."""
-    sources = sources or {}
-    with tables.connect() as con:
-        keep(con, "link_method", "link/et_link_method")
-        links = [con.sql(catalog.ready(con, "link/et_rf_id_links")).pl()]
-        notes = []
-        if con.sql("select count(*) from link_method where method = 'name_order'").fetchall()[0][0]:
-            keep(con, "et_seq", "link/et_sequences")
-            keep(con, "k_seq", "link/kineto_sequences")
-            mapping = thread_map(con.sql(catalog.ready(con, "link/et_thread_agreement")).pl())
-            con.register("thread_map", mapping)
-            offsets = con.sql(catalog.ready(con, "link/et_offsets")).pl()
-            con.register("offsets", offsets)
-            links.append(con.sql(catalog.ready(con, "link/et_name_order_links")).pl())
-            notes.append(mapping.join(offsets, on=["rank", "et_tid"], how="left").select(
-                "rank", reason=pl.lit("et_thread_map"),
-                detail=pl.format("ET tid {} ↔ Kineto pid {} tid {} ({} name occurrences agree); Kineto position = "
-                                 "ET position + {} ({} sequence-number anchors)",
-                                 "et_tid", "pid", "tid", "agree", pl.col("delta").fill_null(0),
-                                 pl.col("anchors").fill_null(0))))
-        link_frame = pl.concat(links)
-        nodes = pl.from_arrow(tables.et_nodes).drop("event_id", "link_method").join(
-            link_frame, on=["rank", "id"], how="left", maintain_order="left")
-        con.register("et_nodes", nodes.to_arrow())
-        notes.append(con.sql(catalog.ready(con, "link/et_link_notes")).pl())
+    """TABLES with et_nodes' `event_id` and `link_method` filled, the et_ctrl / et_data edges added, and the stage's
+    notes (stage et, naming each rank's file from `sources`) in diagnostics."""
+    made = link_stage(tables)
+    notes = [pl.concat([pl.from_arrow(made[name]) for name in ("et_thread_notes", "et_link_notes")]),
+             pl.from_arrow(made["et_missing_parents"])]
     return tables.with_tables(
-        et_nodes=nodes.to_arrow(),
-        diagnostics=pa.concat_tables([tables.diagnostics, stage_notes(pl.concat(notes), sources)]))
+        et_nodes=linked_nodes(tables, made).to_arrow(),
+        edges=pa.concat_tables([tables.edges] + [schema.conform("edges", made[name])
+                                                 for name in ("et_ctrl_edges", "et_data_edges")]),
+        diagnostics=pa.concat_tables([tables.diagnostics] + [stage_notes(n, sources or {}) for n in notes]))
 
 
-def keep(con, table: str, name: str) -> None:
-    """The result of queries/NAME.sql as the temp table TABLE, which later passes read."""
-    con.execute(f"create temp table {table} as {catalog.ready(con, name)}")
+# The stage's results (queries/link/et_*.sql), made in two runs of the catalog's order around thread_map, a Python
+# pass: the first run makes what thread_map reads, the second what reads it.
+BEFORE_THREAD_MAP = ["link/et_thread_agreement"]
+LINK_RESULTS = ["link/et_links", "link/et_thread_notes", "link/et_link_notes", "link/et_ctrl_edges",
+                "link/et_data_edges", "link/et_missing_parents"]
+
+
+def link_stage(tables: TraceTables) -> dict[str, pa.Table]:
+    """The ET link stage on TABLES: output name → result (et_links: each linked node's event; notes on the thread
+    matches, on what was left unlinked and on missing parents; the et_ctrl / et_data edges)."""
+    with tables.connect() as con:
+        made = catalog.run_stage(con, BEFORE_THREAD_MAP)
+        con.register("thread_map", thread_map(pl.from_arrow(made["et_thread_agreement"])))
+        return made | catalog.run_stage(con, LINK_RESULTS, bound=made)
+
+
+def linked_nodes(tables: TraceTables, made: dict[str, pa.Table]) -> pl.DataFrame:
+    """et_nodes with event_id and link_method from the stage's et_links, in their order."""
+    return pl.from_arrow(tables.et_nodes).drop("event_id", "link_method").join(
+        pl.from_arrow(made["et_links"]), on=["rank", "id"], how="left", maintain_order="left")
 
 
 def stage_notes(notes: pl.DataFrame, sources: dict[int, str]) -> pa.Table:
@@ -126,15 +122,3 @@ def thread_map(agreement: pl.DataFrame) -> pl.DataFrame:
         used_kineto.add(kineto_key)
         chosen.append(row)
     return pl.DataFrame(chosen, schema=agreement.schema)
-
-
-# --------------------------------------------------------------------------- edges
-
-def et_edges(tables: TraceTables) -> tuple[pa.Table, pl.DataFrame]:
-    """et_ctrl and et_data edges (src / dst are et_nodes ids), and notes (rank, reason, detail) on missing parents."""
-    with tables.connect() as con:
-        ctrl = con.sql(catalog.ready(con, "link/et_ctrl_edges")).to_arrow_table()
-        keep(con, "subtree", "link/et_subtree_ends")
-        data = con.sql(catalog.ready(con, "link/et_data_edges")).to_arrow_table()
-        notes = con.sql(catalog.ready(con, "link/et_missing_parents")).pl()
-    return pa.concat_tables([schema.conform("edges", ctrl), schema.conform("edges", data)]), notes

@@ -43,20 +43,19 @@ def window_graph(tables: TraceTables, step: int | None = None, start_ns: int | N
     check_window(step, start_ns, end_ns)
     if step is not None:
         tables = step_tables(tables, step)  # the window is every event left
-        window = None
-    else:
-        window = ("output/range_window_events", {"start": start_ns, "end": end_ns})
     with catalog.connect(tables) as con:
-        if window is None:
+        if step is not None:
             con.register("window_events", tables.events.select(["rank", "id"]))
+            made = {"window_events": None}
         else:
-            con.execute(f"create or replace temp table window_events as {catalog.ready(con, window[0])}", window[1])
-            if not con.execute("from window_events limit 1").fetchone():
-                first, last = con.execute("select min(ts), max(ts + coalesce(dur, 0)) from events").fetchone()
+            made = catalog.run_stage(con, ["output/range_window_events"], temp_tables=True,
+                                     parameters={"output/range_window_events": {"start": start_ns, "end": end_ns}})
+            if not con.execute("from window_events limit 1").fetchall():
+                [(first, last)] = con.execute("select min(ts), max(ts + coalesce(dur, 0)) from events").fetchall()
                 raise InputError(f"--start-ns {start_ns} --end-ns {end_ns}: no event overlaps the range (the "
                                  f"trace's events span {first} to {last} ns)")
         # queries/output/: the window's nodes, then the edges among them, each kept as a temp table
-        catalog.run_stage(con, ["output/window_edges"], temp_tables=True)
+        catalog.run_stage(con, ["output/window_edges"], temp_tables=True, bound=made)
         return WindowGraph(con.sql("select * from window_nodes").to_arrow_table(),
                            con.sql("select * from window_edges").to_arrow_table())
 

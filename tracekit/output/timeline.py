@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from tracekit.engine.catalog import connect, ready
+from tracekit.engine.catalog import connect, run_stage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.files import write_output_file
@@ -77,7 +77,7 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     suffix = f" · {label}" if label else ""
     shown = tables if step is None else step_tables(tables, step)  # the step's events, as every --step's
     with connect(shown) as con:
-        slices = pl.from_arrow(con.sql(ready(con, "export/timeline_slices")).to_arrow_table())
+        slices = pl.from_arrow(run_stage(con, ["export/timeline_slices"])["timeline_slices"])
     if slices.is_empty():
         raise InputError("no events to show")
     with connect(tables) as con:
@@ -104,7 +104,7 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
                   .sort("pid", "track_order", "track_key", "lane")
                   .with_columns(tid=pl.int_range(1, pl.len() + 1).over("pid").cast(pl.Int64)))
         slices = slices.join(tracks.select("pid", "track_key", "lane", "tid"), on=["pid", "track_key", "lane"])
-        con.register("timeline_slices", slices.select("rank", "id", "pid", "tid", "ts", "end_ns").to_arrow())
+        con.register("placed_slices", slices.select("rank", "id", "pid", "tid", "ts", "end_ns").to_arrow())
         if critical_path:
             # a step's window runs until its last GPU work ends, so windows may overlap: each on the first
             # track free at its start
@@ -119,18 +119,20 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
                 processes.select(pl.col("process"), pl.col("pid")),
                 left_on=pl.format("rank {} · critical path", "rank"), right_on="process", how="left"
             ).join(windows, on=["rank", "window_start_ns", "window_end_ns"])
-            con.register("timeline_path", path_rows.to_arrow())
+            con.register("path_segments", path_rows.to_arrow())
         else:
-            con.register("timeline_path", pa.table({"rank": pa.array([], pa.int32()), "step": pa.array([], pa.int64()),
+            con.register("path_segments", pa.table({"rank": pa.array([], pa.int32()), "step": pa.array([], pa.int64()),
                                                     "position": pa.array([], pa.int64()),
                                                     "event_id": pa.array([], pa.int64()),
                                                     "start_ns": pa.array([], pa.int64()),
                                                     "end_ns": pa.array([], pa.int64())}))
-        arrows = pl.from_arrow(con.sql(ready(con, "export/timeline_flows"), params={"base": base})
-                               .to_arrow_table())
+        # the flows and path slices of the placed slices and path segments (the Python passes above)
+        with_path = critical_path and not path_rows.is_empty()
+        made = run_stage(con, ["export/timeline_flows"] + (["export/timeline_path"] if with_path else []),
+                         parameters={"export/timeline_flows": {"base": base}, "export/timeline_path": {"base": base}})
+        arrows = pl.from_arrow(made["timeline_flows"])
         flows = arrows.filter("forward").drop("forward")
-        path_slices = (pl.from_arrow(con.sql(ready(con, "export/timeline_path"), params={"base": base})
-                                     .to_arrow_table()) if critical_path and not path_rows.is_empty() else None)
+        path_slices = pl.from_arrow(made["timeline_path"]) if with_path else None
 
     def lines():
         for pid, process, order in processes.select("pid", "process", "process_order").iter_rows():

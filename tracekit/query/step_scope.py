@@ -55,8 +55,9 @@ def define_scopes(con: duckdb.DuckDBPyConnection, *, ranks: list[int] | None = N
 def require_step(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | None = None) -> None:
     """InputError, the one "no such step" message of every --step, unless a rank (of `ranks`; None: any) has a
     ProfilerStep#`step` window."""
-    steps = [s for s, in con.execute(catalog.ready(con, "scope/steps"),
-                                     {"ranks": None if ranks is None else [int(r) for r in ranks]}).fetchall()]
+    made = catalog.run_stage(con, ["scope/steps"], {"scope/steps": {
+        "ranks": None if ranks is None else [int(r) for r in ranks]}})
+    steps = made["scope_steps"].column("step").to_pylist()
     if int(step) not in steps:
         where = "the ranks asked for" if ranks is not None else "any rank"
         there = (", ".join(map(str, steps)) if len(steps) <= 10 else f"{steps[0]}..{steps[-1]}") or "none"
@@ -69,8 +70,14 @@ def scoped_tables(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | 
     require_step(con, step, ranks)
     define_scopes(con, ranks=ranks, step=int(step))
     try:
-        return {name: con.sql(scoped_rows_sql(name)).to_arrow_table() for name in TraceTables.names()}
+        scoped = {}
+        for name in TraceTables.names():
+            con.table(name).create_view("scoped_source", replace=True)  # what the scope file reads
+            scoped[name] = catalog.run_stage(con, [scope_file(name)], bound=(SCOPES, MEMBERS))["scoped_rows"]
+        return scoped
     finally:
+        con.execute("drop view if exists scoped_source")
+        con.unregister("scoped_rows")
         drop_scopes(con)
 
 
@@ -84,20 +91,21 @@ def drop_scopes(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"drop table if exists {SCOPES}; drop table if exists {MEMBERS}")
 
 
-def scoped_rows_sql(name: str, source: str | None = None) -> str:
-    """The rows of table NAME (read from the relation `source`, by default NAME) that belong to the scopes of
-    define_scopes, with `rank` replaced by their scope's rank (queries/scope/*.sql)."""
-    text = catalog.load_query(f"scope/{SCOPE_QUERY.get(name, 'of_rank')}").statement
-    return text.replace("scoped_source", source or name)
+def scope_file(name: str) -> str:
+    """The stage file (queries/scope/) selecting the rows of table NAME that belong to the scopes of define_scopes,
+    with `rank` replaced by their scope's rank, from the relation `scoped_source`."""
+    return f"scope/{SCOPE_QUERY.get(name, 'of_rank')}"
 
 
 def replace_with_scoped_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> None:
     """Replace the tables registered on `con` by views of their scoped rows (nothing copied): what an analysis then
-    computes on `con` it computes per scope."""
+    computes on `con` it computes per scope. (A view binds its relations by name when it is read, so each table's
+    view names its own source in the scope file's text: the one place a stage file's text is not run as written.)"""
     for name, table in tables.items():
         con.unregister(name)
         con.register(f"whole_{name}", table)
-        con.execute(f"create temp view {name} as {scoped_rows_sql(name, f'whole_{name}')}")
+        text = catalog.load_query(scope_file(name)).statement.replace("scoped_source", f"whole_{name}")
+        con.execute(f"create temp view {name} as {text}")
 
 
 def unscoped(frame: pl.DataFrame, scopes: pl.DataFrame) -> pl.DataFrame:

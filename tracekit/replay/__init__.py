@@ -76,17 +76,21 @@ def replayed_events(tables: TraceTables, scale=None, remove=None,
     solver's passes (on `con`, a `catalog.connect(tables)` connection, when given)."""
     factors = as_factors(scale, remove)
     with nullcontext(con) if con is not None else catalog.connect(tables) as con:
-        nodes = con.sql(catalog.ready(con, "replay/nodes")).pl().with_row_index("row")
-        constraints = con.sql(catalog.ready(con, "replay/constraints")).pl()
-        collectives = con.sql(catalog.ready(con, "replay/collectives")).pl()
-        selected = [pl.from_arrow(con.sql(catalog.ready(con, "replay/selected"),
-                                          params={"selector": s.kind, "pattern": s.pattern}).to_arrow_table())
-                    .with_columns(factor=pl.lit(f)) for s, f in factors]
-        for (selector, _), frame in zip(factors, selected):
+        made = catalog.run_stage(con, ["replay/nodes", "replay/constraints", "replay/collectives"])
+        nodes, constraints, collectives = (pl.from_arrow(made[f"replay_{name}"])
+                                           for name in ("nodes", "constraints", "collectives"))
+        nodes = nodes.with_row_index("row")
+        selected = []
+        for selector, factor in factors:
+            params = {"selector": selector.kind, "pattern": selector.pattern}
+            frame = pl.from_arrow(catalog.run_stage(con, ["replay/selected"], {"replay/selected": params})
+                                  ["replay_selected"])
             if frame.is_empty():
-                names = con.sql(catalog.ready(con, "replay/selector_names"), params={"selector": selector.kind})
+                names = pl.from_arrow(catalog.run_stage(con, ["replay/selector_names"], {
+                    "replay/selector_names": {"selector": selector.kind}})["replay_selector_names"])
                 raise InputError(f"selector {selector} matches nothing in the input ({WHAT[selector.kind]}); "
-                                 f"closest names: {closest_names(selector.pattern, names.pl()['name'].drop_nulls())}")
+                                 f"closest names: {closest_names(selector.pattern, names['name'].drop_nulls())}")
+            selected.append(frame.with_columns(factor=pl.lit(factor)))
     keys = nodes.select("rank", "id", "row")
     nodes = nodes.join(keys.rename({"id": "parent", "row": "parent_row"}), on=["rank", "parent"], how="left",
                        maintain_order="left").with_columns(pl.col("parent_row").fill_null(-1).cast(pl.Int64))
@@ -143,8 +147,9 @@ def with_times(tables: TraceTables, retimed: pl.DataFrame) -> TraceTables:
     return tables.with_tables(events=updated.to_arrow())
 
 
-WINDOWS_SQL = ("select rank, window_id, step, start_ns, end_ns, end_ns - start_ns as duration_ns "
-               "from step_or_trace_windows()")
+def windows(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The windows of the tables registered on `con` (queries/replay/windows.sql)."""
+    return pl.from_arrow(catalog.run_stage(con, ["replay/windows"])["replay_windows"])
 
 
 def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | None = None,
@@ -165,12 +170,11 @@ def replay(tables: TraceTables, scale=None, remove=None, timeline: str | Path | 
     with catalog.connect(tables) as con:
         if step is not None:
             step_scope.require_step(con, step)
-        catalog.prepare(con, WINDOWS_SQL)
-        measured = con.sql(WINDOWS_SQL).pl()
+        measured = windows(con)
         retimed, _ = replayed_events(tables, scale, remove, con)
         after = with_times(tables, retimed)
         after.connect(con)
-        predicted = con.sql(WINDOWS_SQL).pl().select("rank", "window_id", predicted_ns="duration_ns")
+        predicted = windows(con).select("rank", "window_id", predicted_ns="duration_ns")
         breakdown = run_analysis(after, "steps", con).select(pl.col("rank"), pl.col("step").alias("window_id"),
                                                              *BREAKDOWN)
     if timeline is not None:

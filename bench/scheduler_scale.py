@@ -2,7 +2,7 @@
 `tracekit ingest` and `tracekit report` (fresh processes, alternating, medians), the cluster's overhead as a ratio,
 and the per-rank costs docs/scale.md projects to large jobs.
 
-    python bench/bench_scale.py [--ranks 32] [--steps 4] [--scale 1] [--workers 2] [--repeats 3] [--json FILE]
+    python bench/scheduler_scale.py [--ranks 32] [--steps 4] [--scale 1] [--workers 2] [--repeats 3] [--json FILE]
 
 Per-rank cost: one rank's `tracekit report` in a fresh process (what a worker does for a file, plus the imports a
 worker pays once), and the peak RSS of each worker process after a cluster report (Dask's `client.run`). The peak
@@ -18,10 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import median as med  # noqa: E402
-from measure import run_fresh  # noqa: E402
-
-TRACEKIT = [sys.executable, "-m", "tracekit.cli"]
+from measure import Summary, run_fresh, tracekit_cmd  # noqa: E402
 
 
 def worker_peaks(traces: Path, out: Path, workers: int) -> list[float]:
@@ -50,35 +47,35 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         traces = root / "traces"
-        run_fresh(TRACEKIT + ["synth", "--ranks", str(args.ranks), "--steps", str(args.steps), "--scale",
-                              str(args.scale), "-o", str(traces)])
+        run_fresh(tracekit_cmd("synth", "--ranks", str(args.ranks), "--steps", str(args.steps), "--scale",
+                               str(args.scale), "-o", str(traces)))
         size_mb = sum(p.stat().st_size for p in traces.glob("rank*.json")) / 1e6
         scheduler = ["--scheduler", f"local:{args.workers}"]
         runs: dict[str, list] = {}
         for _ in range(args.repeats):
             for command, out in (("ingest", root / "dataset"), ("report", root / "report")):
                 for mode, extra in (("local", []), (f"local:{args.workers}", scheduler)):
-                    run = run_fresh(TRACEKIT + [command, str(traces), "-o", str(out), "--force"] + extra, (0, 3))
+                    run = run_fresh(tracekit_cmd(command, str(traces), "-o", str(out), "--force", *extra), (0, 3))
                     runs.setdefault(f"{command} {mode}", []).append(run)
-        one_rank = [run_fresh(TRACEKIT + ["report", str(traces / f"rank{r}.json"), "-o", str(root / f"one{r}"),
-                                          "--force"]) for r in (0, args.ranks // 2, args.ranks - 1)]
+        one_rank = [run_fresh(tracekit_cmd("report", str(traces / f"rank{r}.json"), "-o", str(root / f"one{r}"),
+                                           "--force")) for r in (0, args.ranks // 2, args.ranks - 1)]
         imports = [run_fresh([sys.executable, "-c", "import tracekit.cli.traces, tracekit.cluster.tasks"])
                    for _ in range(3)]
         peaks = worker_peaks(traces, root / "peaks", args.workers)
 
     print(f"{args.ranks} synthetic ranks, {args.steps} steps, scale {args.scale}: {size_mb:.0f} MB of JSON; "
           f"medians of {args.repeats}")
+    medians = {name: Summary.of(rs) for name, rs in runs.items()}
     print("| command | mode | wall s | CPU s | peak RSS MB (any process) |\n|---|---|---:|---:|---:|")
-    for name, rs in runs.items():
+    for name, m in medians.items():
         command, mode = name.split(" ")
-        print(f"| {command} | {mode} | {med([r.wall for r in rs]):.1f} | {med([r.cpu for r in rs]):.1f} | "
-              f"{med([r.peak_mb for r in rs]):.0f} |")
-    ratios = {command: med([r.wall for r in runs[f"{command} local:{args.workers}"]])
-              / med([r.wall for r in runs[f"{command} local"]]) for command in ("ingest", "report")}
+        print(f"| {command} | {mode} | {m.wall:.1f} | {m.cpu:.1f} | {m.peak_mb:.0f} |")
+    ratios = {command: medians[f"{command} local:{args.workers}"].wall / medians[f"{command} local"].wall
+              for command in ("ingest", "report")}
     print("cluster wall / local wall: " + ", ".join(f"{c} {v:.2f}x" for c, v in ratios.items()))
-    per_rank = {"wall_s": med([r.wall for r in one_rank]), "cpu_s": med([r.cpu for r in one_rank]),
-                "peak_mb": med([r.peak_mb for r in one_rank]), "imports_s": med([r.wall for r in imports]),
-                "imports_peak_mb": med([r.peak_mb for r in imports]), "worker_peaks_mb": peaks}
+    one, imported = Summary.of(one_rank), Summary.of(imports)
+    per_rank = {"wall_s": one.wall, "cpu_s": one.cpu, "peak_mb": one.peak_mb, "imports_s": imported.wall,
+                "imports_peak_mb": imported.peak_mb, "worker_peaks_mb": peaks}
     print(f"one rank's report, fresh process: {per_rank['wall_s']:.2f} s wall, {per_rank['cpu_s']:.2f} s CPU, "
           f"{per_rank['peak_mb']:.0f} MB peak (of which imports {per_rank['imports_s']:.2f} s, "
           f"{per_rank['imports_peak_mb']:.0f} MB); worker peaks after the cluster report: "
