@@ -51,12 +51,20 @@ waited as (
     from targets t asof join last_launched g
       on g.rank = t.rank and g.device = t.device and g.stream = t.waited_stream and g.launched_ts < t.launched_before
 )
+-- A record taken by thread order is refuted by the timing where the host call returned before the op ended, or kept
+-- blocking more than 25 µs (the lag bound of sync_inferred_edges.sql) after both its start and the op's end: it
+-- waited for something else (tests/data/gpu/waits.json.gz: an event recorded on another stream than the thread's
+-- last launch). sync_inferred_edges then judges the call by its timing alone.
 select rank, sync_id, src, call_id as dst, 'sync' as kind, subkind, call_ts - src_end as lag
-from waited where sync_kind <> 'Stream Wait Event' and (not record_inferred or call_end >= src_end)
+from waited where sync_kind <> 'Stream Wait Event'
+    and (not record_inferred or (call_end >= src_end and call_end - greatest(call_ts, src_end) <= 25000))
 union all
 -- The waiting stream's next op, launched after cudaStreamWaitEvent, cannot start before the waited op ends.
 select w.rank, w.sync_id, w.src, g.id, 'sync', w.subkind, g.ts - w.src_end
 from (select * from waited where sync_kind = 'Stream Wait Event' and stream >= 0) w
 asof join first_launched g
   on g.rank = w.rank and g.device = w.device and g.stream = w.stream and g.launched_ts > w.call_ts
-where not w.record_inferred or g.ts >= w.src_end
+-- A record taken by thread order on the waiting stream itself orders nothing stream order does not, and is more
+-- likely a record on another stream than the thread's last launch: no edge, and stream_wait_inferred_edges judges
+-- the op by its timing.
+where not w.record_inferred or (g.ts >= w.src_end and w.waited_stream <> w.stream)

@@ -53,12 +53,17 @@ select rank, id as position, 'edges' as stage,
             then sync_kind || ': no GPU op on stream ' || recorded_stream::varchar
                  || ' was launched before the event record (call ' || record_id::varchar
                  || '): nothing in the trace to wait for'
+        when record_inferred and sync_kind = 'Stream Wait Event' and recorded_stream = stream
+            then sync_kind || ': it names no event record, and the one taken by thread order (call '
+                 || record_id::varchar || ') would be on the waiting stream ' || stream::varchar
+                 || ' itself, which orders nothing: the record was likely on another stream (the GPU timing judges it)'
         when record_inferred and (sync_kind = 'Event Sync' or exists (
                  select 1 from gpu_launched g where g.rank = u.rank and g.device = u.device and g.stream = u.stream
                  and g.launched_ts > (select ts from events c where c.rank = u.rank and c.id = u.call_id)))
             then sync_kind || ': it names no event record, and the one taken by thread order (call '
                  || record_id::varchar || ' on stream ' || recorded_stream::varchar
-                 || ') is refuted by the timing: what waited ran before the last op it recorded ended'
+                 || ') is refuted by the timing: what waited ran before the last op it recorded ended, or went on '
+                 || 'waiting long after it'
         else 'Stream Wait Event: no GPU op on the waiting stream ' || stream::varchar
              || ' was launched after the wait'
     end as detail,

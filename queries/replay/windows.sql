@@ -1,6 +1,6 @@
 -- question: Which windows does a replay compare, measured or re-timed: each rank's steps, or its whole trace?
 -- outputs: replay_windows
--- inputs: events, edges (through step_or_trace_windows(); the re-timed events for the prediction)
+-- inputs: events, edges, graph_kernels (through step_or_trace_windows(); the re-timed events for the prediction)
 -- includes: lib/steps
 -- columns:
 --   rank: rank

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 import tracekit
-from tests.conftest import shared_trace
+from tests.conftest import REPO, shared_trace
 from tests.query.test_catalog import code_of, every_file
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
@@ -144,6 +144,10 @@ def test_every_stage_file_runs_with_only_its_declared_inputs(tmp_path, stages_ru
 
     et_pair = tracekit.load(shared_trace("et_pairs/a100_simple_add"))  # linked by name order: every ET pass
     assert et_pair.et_nodes.num_rows > 0
+    gpu_data = REPO / "tests" / "data" / "gpu"  # a graph replay with its capture: every graph-capture pass
+    replayed = tracekit.load(gpu_data / "graph_fork_replay.json.gz",
+                             graph_captures=gpu_data / "graph_fork_capture.json.gz")
+    assert replayed.graph_kernels.num_rows > 0
     synth.generate(tmp_path / "job", ranks=2, steps=3, seed=1)
     tables = tracekit.load(tmp_path / "job")
     link_edges.inferred_edges(tables, recorded_first=False)
