@@ -254,14 +254,9 @@ def remember_option(ctx: click.Context, param: click.Parameter, value) -> None:
 @contextmanager
 def executor() -> Iterator:
     """The executor --jobs / --scheduler ask for (in this process without either), for the block."""
-    ctx = click.get_current_context()
-    jobs, scheduler = ctx.meta.get("tracekit_jobs"), ctx.meta.get("tracekit_scheduler")
-    if jobs is not None and scheduler is not None:
-        raise InputError("--jobs and --scheduler: give one (--jobs N runs local processes, --scheduler a Dask "
-                         "cluster)")
+    jobs, scheduler = check_executor_options()
     if scheduler is not None:
-        from tracekit.cluster.scheduler import check_scheduler, dask_executor
-        check_scheduler(scheduler)
+        from tracekit.cluster.scheduler import dask_executor
         with dask_executor(scheduler) as dask:
             yield dask
     elif jobs is not None and jobs > 1:
@@ -273,12 +268,18 @@ def executor() -> Iterator:
         yield InProcess()
 
 
-def check_executor_options() -> None:
-    """A malformed --scheduler refused before anything is read."""
-    scheduler = click.get_current_context().meta.get("tracekit_scheduler")
+def check_executor_options() -> tuple[int | None, str | None]:
+    """(--jobs, --scheduler), refused (InputError) when both are given or the scheduler is malformed: called first
+    by a command, before anything is read."""
+    ctx = click.get_current_context()
+    jobs, scheduler = ctx.meta.get("tracekit_jobs"), ctx.meta.get("tracekit_scheduler")
+    if jobs is not None and scheduler is not None:
+        raise InputError(f"--jobs {jobs} --scheduler {scheduler}: give one (--jobs runs local processes, "
+                         "--scheduler a Dask cluster)")
     if scheduler is not None:
         from tracekit.cluster.scheduler import check_scheduler
         check_scheduler(scheduler)
+    return jobs, scheduler
 
 
 @contextmanager
