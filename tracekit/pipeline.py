@@ -273,7 +273,7 @@ class PlanDone:
     rows: dict[str, int]
 
 
-def run_plan(inputs: Inputs, job: Callable, args: tuple = (), executor=None, rank: int | None = None,
+def run_plan(inputs: Inputs | Iterable[str | Path], job: Callable, args: tuple = (), executor=None, rank: int | None = None,
              as_ranks: bool = False, progress: Progress | None = None) -> PlanDone:
     """JOB(tables, *ARGS) on the ranks of INPUTS, as EXECUTOR runs tasks (in this process by default), with the
     input rules of `load`. JOB is a command's per-rank work (read → link are done here first); what it returns is
@@ -286,6 +286,7 @@ def run_plan(inputs: Inputs, job: Callable, args: tuple = (), executor=None, ran
     one rank, is one task, since their ranks depend on every Kineto file.
     """
     executor = executor or InProcess()
+    inputs = resolve_inputs(inputs)
     if inputs.dataset is not None:
         return run_on_ranks(inputs, job, args, executor)
     files = list(inputs.files)
