@@ -102,3 +102,22 @@ def test_no_readable_file_on_a_pool_is_one_line_and_exit_2(tmp_path):
     result = run_cli("ingest", str(tmp_path), "-o", str(tmp_path / "ds"), "--jobs", "2")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert f"{tmp_path / 'rank0.json'}: not valid JSON" in result.stderr and not (tmp_path / "ds").exists()
+
+
+def test_execution_traces_not_named_for_a_rank_are_read_with_every_kineto_file(executors, tmp_path):
+    """The gloo set with its ETs renamed so their names give no rank: each rank comes from its ET's pid, which only
+    every Kineto file together can match; on every executor the input is then one task, with the same bytes."""
+    traces = shared_trace(SETS[1])
+    (tmp_path / "in").mkdir()
+    for p in traces.iterdir():
+        shutil.copy(p, tmp_path / "in" / p.name.replace("et_rank0", "et_first").replace("et_rank1", "et_second"))
+    written = {}
+    for where, executor in executors.items():
+        dataset = ingest(resolve_inputs(tmp_path / "in"), tmp_path / where / "dataset", executor)
+        written[where] = files_of(tmp_path / where)
+        assert dataset.rows["et_nodes"] > 0
+    reference = written.pop("in process")
+    assert all(files == reference for files in written.values())
+    notes = tracekit.load(tmp_path / "in process" / "dataset").diagnostics.to_pylist()
+    assert sorted((n["rank"], Path(n["source_file"]).name, "rank from pid" in n["detail"]) for n in notes
+                  if n["reason"] == "et_file") == [(0, "et_first.json.gz", True), (1, "et_second.json.gz", True)]
