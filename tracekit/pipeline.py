@@ -296,8 +296,7 @@ def run_plan(inputs: Inputs | Iterable[str | Path], job: Callable, args: tuple =
         done = run_in_groups(inputs, *apart, job, args, executor, rank, as_ranks, progress)
         if done is not None:
             return done
-    task = (files, rank, None, (), True, as_ranks, list(inputs.given), job, args,
-            progress if executor.in_process else None)
+    task = (files, rank, None, (), True, as_ranks, inputs, job, args, progress if executor.in_process else None)
     (done,) = tasks_done(executor, [task], [files], None if executor.in_process else progress)
     if done.diagnostics is None:
         raise InputError(done.files[0].error)
@@ -320,11 +319,9 @@ def run_in_groups(inputs: Inputs, files: list, execution_traces: list, job: Call
                   rank: int | None, as_ranks: bool, progress: Progress | None) -> PlanDone | None:
     """`run_plan` over groups of Kineto files; None when a task found an Execution Trace among them (the input is
     then read whole)."""
-    given = list(inputs.given)
-
     def run(groups: list[list], assigned: dict | None = None) -> list[TaskDone]:
         calls = [(g, None if assigned else rank, [assigned[p] for p in g] if assigned else None,
-                  tuple(execution_traces), False, as_ranks, given, job, args, None) for g in groups]
+                  tuple(execution_traces), False, as_ranks, inputs, job, args, None) for g in groups]
         return tasks_done(executor, calls, groups, progress)
 
     done = run(batches(files, executor.workers))
@@ -347,7 +344,7 @@ def run_in_groups(inputs: Inputs, files: list, execution_traces: list, job: Call
     attached = {str(p) for d in done for p in d.execution_traces}
     alone = tuple((r, p) for r, p in execution_traces if str(p) not in attached)
     if alone:  # Execution Traces of ranks no Kineto file gave: read in a task of their own
-        done += tasks_done(executor, [([], None, None, alone, False, as_ranks, given, job, args, None)],
+        done += tasks_done(executor, [([], None, None, alone, False, as_ranks, inputs, job, args, None)],
                            [[p for _, p in alone]], progress)
     if not as_ranks:
         refuse_unrelated([o.run for o in outcomes if o.kind == DONE])
@@ -357,28 +354,30 @@ def run_in_groups(inputs: Inputs, files: list, execution_traces: list, job: Call
         raise InputError(unread[0][1])
     diagnostics = pa.concat_tables([d.diagnostics for d in read] + [unread_notes(unread)])
     rows = {name: sum(d.rows.get(name, 0) for d in read) for name in TraceTables.names()}
-    refuse_no_events(rows, diagnostics, given)
+    refuse_no_events(rows, diagnostics, list(inputs.given))
     warn_about_files(diagnostics)
     return PlanDone([d.result for d in read], diagnostics, sorted(claimed), rows)
 
 
 def files_task(files: list, rank: int | None, assigned: list | None, execution_traces: tuple, whole: bool,
-               as_ranks: bool, given: list, job: Callable, args: tuple, progress: Progress | None) -> TaskDone:
-    """One task: FILES read, ranked and linked (`read_group`), then JOB(tables, *ARGS). A task of the whole input
-    refuses one with no events before the job's work."""
+               as_ranks: bool, inputs: Inputs, job: Callable, args: tuple, progress: Progress | None) -> TaskDone:
+    """One task: FILES (some or all of INPUTS' files) read, ranked and linked (`read_group`), then JOB(tables,
+    *ARGS). The resolved INPUTS travel with every task, so what they carry besides the files reaches each one. A
+    task of the whole input refuses one with no events before the job's work."""
     group = read_group(files, rank, assigned, execution_traces, whole, progress, as_ranks=as_ranks)
     tables = group.tables
     if tables is None:
         return TaskDone(group.files)
     rows = {name: t.num_rows for name, t in tables.items()}
     if whole:
-        refuse_no_events(rows, tables.diagnostics, given)
+        refuse_no_events(rows, tables.diagnostics, list(inputs.given))
     return TaskDone(group.files, tuple(tables.rank_list), rows, tables.diagnostics, job(tables, *args),
                     group.execution_traces)
 
 
-def rank_task(dataset: Location, rank: int, job: Callable, args: tuple) -> TaskDone:
-    """One rank of an ingested DATASET read (its partitions only), then JOB(tables, *ARGS)."""
+def rank_task(inputs: Inputs, rank: int, job: Callable, args: tuple) -> TaskDone:
+    """One rank of the ingested dataset INPUTS name read (its partitions only), then JOB(tables, *ARGS)."""
+    dataset = inputs.dataset
     tables = read_rank(dataset, rank)
     return TaskDone([FileOutcome(f"{dataset} (rank {rank})", DONE, ranks=(rank,))], (rank,),
                     {name: t.num_rows for name, t in tables.items()}, tables.diagnostics, job(tables, *args))
@@ -394,7 +393,7 @@ def run_on_ranks(inputs: Inputs, job: Callable, args: tuple, executor) -> PlanDo
         return PlanDone([job(tables, *args)], tables.diagnostics, tables.rank_list,
                         {name: t.num_rows for name, t in tables.items()})
     manifest = check_dataset(dataset)
-    done = tasks_done(executor, [(dataset, r, job, args) for r in manifest["ranks"]],
+    done = tasks_done(executor, [(inputs, r, job, args) for r in manifest["ranks"]],
                       [[f"{dataset} (rank {r})"] for r in manifest["ranks"]], None, rank_task)
     lost = next((d.files[0].error for d in done if d.diagnostics is None), None)
     if lost:
