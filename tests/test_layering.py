@@ -20,6 +20,7 @@ LAYERS = {
     "tracekit.read": 2,
     "tracekit.link": 3,
     "tracekit.inputs": 4,
+    "tracekit.executors": 4,
     "tracekit.pipeline": 5,
     "tracekit.query": 6,
     "tracekit.output": 7,

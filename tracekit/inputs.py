@@ -140,7 +140,7 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Location]:
         if kind == "dir":
             if is_dataset(p):
                 raise InputError(f"{p}: an ingested dataset is read on its own (give it as the only input)")
-            found = [f for f in list_dir(p) if is_trace_file(f)]
+            found = trace_files_in(p)
             if not found:
                 raise InputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
             files += found
@@ -156,6 +156,11 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Location]:
     if not files:
         raise InputError("no trace files given")
     return files
+
+
+def trace_files_in(folder: Location) -> list[Location]:
+    """The trace files a directory holds (sorted): what a directory given as input stands for."""
+    return [f for f in list_dir(folder) if is_trace_file(f)]
 
 
 def list_dir(path: Location) -> list[Location]:

@@ -7,7 +7,9 @@ This module runs the first two; the query and output stages take the `TraceTable
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,15 +18,30 @@ import pyarrow.compute as pc
 from tracekit import schema, storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import UNREADABLE, FileRun, Inputs, check_tables, refuse_unrelated, resolve_inputs
+from tracekit.executors import InProcess, Lost, ProcessPool
+from tracekit.inputs import (
+    UNREADABLE,
+    FileRun,
+    Inputs,
+    check_tables,
+    refuse_no_events,
+    refuse_unrelated,
+    resolve_inputs,
+    warn_about_files,
+)
 from tracekit.link.edges import build_edges
 from tracekit.link.et import attach_execution_traces
 from tracekit.link.graph_capture import attach_graph_captures
-from tracekit.read.dataset import read_dataset
+from tracekit.read.dataset import check_dataset, check_dataset_rows, read_dataset, read_rank
+from tracekit.read.execution_trace import named_rank, opens_as_execution_trace
 from tracekit.read.kineto import FileTables, TraceParts, file_rank, rank_tables, read_trace
 from tracekit.read.ranks import pytorch_version
+from tracekit.storage import Location
 
 Progress = Callable[[Path, int], None]  # called after each file with (path, bytes read)
+
+# What became of a file in a task (FileOutcome.kind); UNREADABLE is the diagnostics reason of such a file too.
+DONE, UNRANKED, EXECUTION_TRACE = "done", "unranked", "execution_trace"
 
 
 def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = None,
@@ -75,39 +92,91 @@ def read_files(files: list[Path], rank: int | None, progress: Progress | None, e
     (a bad trace among many does not stop the rest); when none can, the first file's error is raised.
     """
     check_rank_option(rank, files)
+    return read_group(files, rank, progress=progress, edges=edges, workers=workers, as_ranks=as_ranks).tables
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """What became of one trace file of a group: read (`ranks`, and what it says about its run), left without a
+    rank (the driver gives it one: UNRANKED), or unreadable (`error`: why)."""
+
+    path: Location
+    kind: str = DONE
+    error: str = ""
+    ranks: tuple[int, ...] = ()
+    run: FileRun | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """A group of files read, ranked and linked: each file's outcome, in order; the tables (None when no file gave
+    any); the Execution Traces attached."""
+
+    files: list[FileOutcome]
+    tables: TraceTables | None
+    execution_traces: tuple = ()
+
+
+def read_group(files: list, rank: int | None = None, assigned: list[tuple[int, str]] | None = None,
+               execution_traces: tuple = (), whole: bool = True, progress: Progress | None = None,
+               edges: bool = True, workers: int | None = None, as_ranks: bool = False) -> Group:
+    """Read FILES, give each its rank (as `assigned`, else its own or `rank`), join and link their tables, then
+    attach Execution Traces.
+
+    `whole`: FILES are all the input, so the rules over every file apply here: files with no rank take the lowest
+    free ones in file order, files of other runs are refused (unless `as_ranks`), no readable file is an error, and
+    the Execution Traces among FILES are read with the ranks their file names, pids or the Kineto ranks give them.
+    Otherwise FILES are some of the Kineto files: one with no rank is left UNRANKED (the driver ranks it, knowing
+    every file's), and of EXECUTION_TRACES ((rank, path) by file name) those of this group's ranks are attached.
+    """
     parts: list[FileTables] = []
-    unranked = []
-    unread: list[tuple[Path, str]] = []
+    outcomes: list[FileOutcome | None] = [None] * len(files)
+    unranked, unread, found, runs = [], [], [], []
     claimed: dict[int, Path] = {}
 
-    def add(path: Path, part: FileTables):
-        claim_ranks(claimed, path, part.tables["ranks"].column("rank").to_pylist())
+    def add(i: int, path: Path, part: FileTables):
+        ranks = part.tables["ranks"].column("rank").to_pylist()
+        claim_ranks(claimed, path, ranks)
         parts.append(part)
+        runs.append(file_run(part))
+        outcomes[i] = FileOutcome(path, DONE, ranks=tuple(sorted(ranks)), run=runs[-1])
         if progress:
             progress(path, storage.size(path))
 
-    execution_traces = []
-    for path, trace in zip(files, read_traces(files, workers)):
+    for i, (path, trace) in enumerate(zip(files, read_traces(files, workers))):
         if isinstance(trace, InputError):
             unread.append((path, str(trace)))
+            outcomes[i] = FileOutcome(path, UNREADABLE, str(trace))
             continue
         if trace.is_execution_trace:
-            execution_traces.append(path)
+            found.append(path)
+            outcomes[i] = FileOutcome(path, EXECUTION_TRACE)
             continue
-        r, source = file_rank(path, trace, rank)
+        r, source = assigned[i] if assigned else file_rank(path, trace, rank)
         if r is None:
-            unranked.append((path, trace))
+            unranked.append((i, path, trace))
             continue
-        add(path, rank_tables(trace, r, source))
+        add(i, path, rank_tables(trace, r, source))
         del trace
-    if unread and not parts and not unranked and not execution_traces:
+    if whole and unread and not parts and not unranked and not found:
         raise InputError(unread[0][1])
-    for (path, trace), r in zip(unranked, file_order_ranks(claimed, len(unranked))):
-        add(path, rank_tables(trace, r, "file_order"))
-    if not as_ranks:
-        refuse_unrelated([file_run(part) for part in parts])
+    if whole:
+        for (i, path, trace), r in zip(unranked, file_order_ranks(claimed, len(unranked))):
+            add(i, path, rank_tables(trace, r, "file_order"))
+        if not as_ranks:
+            refuse_unrelated(runs)
+    else:
+        for i, path, _ in unranked:
+            outcomes[i] = FileOutcome(path, UNRANKED)
+        if found:  # one its first 64 KiB did not show to be: the driver reads the input whole instead
+            return Group([o for o in outcomes if o is not None], None)
+        # a task of Execution Traces alone (their ranks' Kineto files gave none) attaches them all
+        found = [p for r, p in execution_traces if r in claimed or not files]
+    if not parts and not found:
+        return Group([o for o in outcomes if o is not None], None)
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
-    return attach_execution_traces(linked(parts, edges, unread_notes(unread)), execution_traces)
+    tables = attach_execution_traces(linked(parts, edges, unread_notes(unread) if whole else None), found)
+    return Group([o for o in outcomes if o is not None], tables, tuple(found))
 
 
 def file_run(part: FileTables) -> FileRun:
@@ -185,16 +254,207 @@ def read_or_error(path: Path) -> TraceParts | InputError:
 
 
 def _read_in_processes(files: list[Path], workers: int) -> Iterator[TraceParts | InputError]:
-    import multiprocessing  # here: most runs read in this process, and the import is not free
-    from concurrent.futures import ProcessPoolExecutor
-
-    # spawn, not fork: forking a process whose Polars/Arrow thread pools are running can deadlock the child
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        yield from pool.map(read_or_error, files)
-    finally:
-        pool.shutdown(cancel_futures=True)
+    with ProcessPool(workers) as pool:
+        yield from pool.map(read_or_error, [(f,) for f in files], [str(f) for f in files])
 
 
 def concat(name: str, tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables) if tables else schema.empty(name)
+
+
+# --------------------------------------------------------------------------- the plan: per-rank tasks, then combine
+
+@dataclass(frozen=True)
+class TaskDone:
+    """What a task sends back: its files' outcomes, the ranks and rows of its tables, their notes, the job's value,
+    and the Execution Traces it attached. Never the tables themselves."""
+
+    files: list[FileOutcome]
+    ranks: tuple[int, ...] = ()
+    rows: dict[str, int] = field(default_factory=dict)
+    diagnostics: pa.Table | None = None
+    result: object = None
+    execution_traces: tuple = ()
+
+
+@dataclass(frozen=True)
+class PlanDone:
+    """A command's per-rank job done on every rank: its values (one per task that read something, in file order),
+    every note (files left out included), the ranks and the rows per table."""
+
+    results: list
+    diagnostics: pa.Table
+    ranks: list[int]
+    rows: dict[str, int]
+
+
+def run_plan(inputs: Inputs | Iterable[str | Path], job: Callable, args: tuple = (), executor=None, rank: int | None = None,
+             as_ranks: bool = False, progress: Progress | None = None) -> PlanDone:
+    """JOB(tables, *ARGS) on the ranks of INPUTS, as EXECUTOR runs tasks (in this process by default), with the
+    input rules of `load`. JOB is a command's per-rank work (read → link are done here first); what it returns is
+    combined by the caller across ranks (`scope: across ranks`).
+
+    In this process the input is one task, as `load` reads it. Elsewhere the Kineto files are read in groups
+    (`batches`) and the rules over every file applied here: the ranks of files that give none (in file order, then
+    a task for those), two files of one rank, files of other runs, no events. Execution Traces go with the task that
+    holds their rank, named in their file names (`et_rank3.json`); an input with one that is not named so, or two of
+    one rank, is one task, since their ranks depend on every Kineto file; so is an input with graph captures.
+    """
+    executor = executor or InProcess()
+    inputs = resolve_inputs(inputs)
+    if inputs.dataset is not None:
+        return run_on_ranks(inputs, job, args, executor)
+    files = list(inputs.files)
+    check_rank_option(rank, files)
+    # graph captures pair with the replay's ranks as a whole (a single-rank capture of a single-rank run is that
+    # rank): an input with captures is one task
+    apart = None if executor.in_process or len(files) < 2 or inputs.graph_captures else separated(files)
+    if apart is not None:
+        done = run_in_groups(inputs, *apart, job, args, executor, rank, as_ranks, progress)
+        if done is not None:
+            return done
+    task = (files, rank, None, (), True, as_ranks, inputs, job, args, progress if executor.in_process else None)
+    (done,) = tasks_done(executor, [task], [files], None if executor.in_process else progress)
+    if done.diagnostics is None:
+        raise InputError(done.files[0].error)
+    warn_about_files(done.diagnostics)
+    return PlanDone([done.result], done.diagnostics, list(done.ranks), done.rows)
+
+
+def separated(files: list) -> tuple[list, list[tuple[int, Location]]] | None:
+    """(Kineto files, [(rank, Execution Trace)]) as the first 64 KiB of each file show; None when an Execution Trace
+    has no rank in its file name or shares it with another (their ranks then depend on all the Kineto files)."""
+    execution_traces = [(named_rank(f), f) for f in files if opens_as_execution_trace(f)]
+    ranks = [r for r, _ in execution_traces]
+    if None in ranks or len(set(ranks)) < len(ranks):
+        return None
+    kineto = [f for f in files if f not in {p for _, p in execution_traces}]
+    return (kineto, execution_traces) if kineto else None
+
+
+def run_in_groups(inputs: Inputs, files: list, execution_traces: list, job: Callable, args: tuple, executor,
+                  rank: int | None, as_ranks: bool, progress: Progress | None) -> PlanDone | None:
+    """`run_plan` over groups of Kineto files; None when a task found an Execution Trace among them (the input is
+    then read whole)."""
+    def run(groups: list[list], assigned: dict | None = None) -> list[TaskDone]:
+        calls = [(g, None if assigned else rank, [assigned[p] for p in g] if assigned else None,
+                  tuple(execution_traces), False, as_ranks, inputs, job, args, None) for g in groups]
+        return tasks_done(executor, calls, groups, progress)
+
+    done = run(batches(files, executor.workers))
+    outcomes = [o for d in done for o in d.files]
+    if any(o.kind == EXECUTION_TRACE for o in outcomes):
+        return None
+    claimed: dict[int, Path] = {}
+    for outcome in outcomes:
+        if outcome.kind == DONE:
+            claim_ranks(claimed, outcome.path, list(outcome.ranks))
+    unranked = [o.path for o in outcomes if o.kind == UNRANKED]
+    if unranked:
+        assigned = dict(zip(unranked, [(r, "file_order") for r in file_order_ranks(claimed, len(unranked))]))
+        again = run(batches(unranked, executor.workers), assigned)
+        for outcome in (o for d in again for o in d.files if o.kind == DONE):
+            claim_ranks(claimed, outcome.path, list(outcome.ranks))
+        order = {str(f): i for i, f in enumerate(files)}  # the tasks' values in file order, as they combine
+        done = sorted(done + again, key=lambda d: order[str(d.files[0].path)])
+        outcomes = [o for o in outcomes if o.kind != UNRANKED] + [o for d in again for o in d.files]
+    attached = {str(p) for d in done for p in d.execution_traces}
+    alone = tuple((r, p) for r, p in execution_traces if str(p) not in attached)
+    if alone:  # Execution Traces of ranks no Kineto file gave: read in a task of their own
+        done += tasks_done(executor, [([], None, None, alone, False, as_ranks, inputs, job, args, None)],
+                           [[p for _, p in alone]], progress)
+    if not as_ranks:
+        refuse_unrelated([o.run for o in outcomes if o.kind == DONE])
+    read = [d for d in done if d.diagnostics is not None]
+    unread = [(o.path, o.error) for o in outcomes if o.kind == UNREADABLE]
+    if not read:
+        raise InputError(unread[0][1])
+    diagnostics = pa.concat_tables([d.diagnostics for d in read] + [unread_notes(unread)])
+    rows = {name: sum(d.rows.get(name, 0) for d in read) for name in TraceTables.names()}
+    refuse_no_events(rows, diagnostics, list(inputs.given))
+    warn_about_files(diagnostics)
+    return PlanDone([d.result for d in read], diagnostics, sorted(claimed), rows)
+
+
+def files_task(files: list, rank: int | None, assigned: list | None, execution_traces: tuple, whole: bool,
+               as_ranks: bool, inputs: Inputs, job: Callable, args: tuple, progress: Progress | None) -> TaskDone:
+    """One task: FILES (some or all of INPUTS' files) read, ranked and linked (`read_group`), then JOB(tables,
+    *ARGS). The resolved INPUTS travel with every task, so what they carry besides the files reaches each one. A
+    task of the whole input refuses one with no events before the job's work."""
+    group = read_group(files, rank, assigned, execution_traces, whole, progress, as_ranks=as_ranks)
+    tables = group.tables
+    if tables is None:
+        return TaskDone(group.files)
+    if whole:
+        tables = with_graph_captures(tables, inputs, progress)
+    rows = {name: t.num_rows for name, t in tables.items()}
+    if whole:
+        refuse_no_events(rows, tables.diagnostics, list(inputs.given))
+    return TaskDone(group.files, tuple(tables.rank_list), rows, tables.diagnostics, job(tables, *args),
+                    group.execution_traces)
+
+
+def rank_task(inputs: Inputs, rank: int, job: Callable, args: tuple) -> TaskDone:
+    """One rank of the ingested dataset INPUTS name read (its partitions only), then JOB(tables, *ARGS)."""
+    dataset = inputs.dataset
+    tables = read_rank(dataset, rank)
+    return TaskDone([FileOutcome(f"{dataset} (rank {rank})", DONE, ranks=(rank,))], (rank,),
+                    {name: t.num_rows for name, t in tables.items()}, tables.diagnostics, job(tables, *args))
+
+
+def run_on_ranks(inputs: Inputs, job: Callable, args: tuple, executor) -> PlanDone:
+    """`run_plan` over an ingested dataset: in this process read whole; elsewhere a task per rank, each reading its
+    partitions only, and the notes about no rank read here. InputError when the rows read are not those its marker
+    counts."""
+    dataset = inputs.dataset
+    if executor.in_process:
+        tables = check_tables(read_dataset(dataset), inputs)
+        return PlanDone([job(tables, *args)], tables.diagnostics, tables.rank_list,
+                        {name: t.num_rows for name, t in tables.items()})
+    manifest = check_dataset(dataset)
+    done = tasks_done(executor, [(inputs, r, job, args) for r in manifest["ranks"]],
+                      [[f"{dataset} (rank {r})"] for r in manifest["ranks"]], None, rank_task)
+    lost = next((d.files[0].error for d in done if d.diagnostics is None), None)
+    if lost:
+        raise InputError(lost)
+    diagnostics = pa.concat_tables([d.diagnostics for d in done] + [read_rank(dataset, None).diagnostics])
+    rows = {name: sum(d.rows.get(name, 0) for d in done) for name in TraceTables.names()}
+    check_dataset_rows(dataset, rows | {"diagnostics": diagnostics.num_rows}, manifest["tables"])
+    warn_about_files(diagnostics)
+    return PlanDone([d.result for d in done], diagnostics, list(manifest["ranks"]), rows)
+
+
+def tasks_done(executor, calls: list[tuple], sources: list[list], progress: Progress | None,
+               function: Callable | None = None) -> list[TaskDone]:
+    """Each call's task run by EXECUTOR (`files_task`, or FUNCTION), in call order; SOURCES are each task's files
+    (named in messages, and given to `progress` as each task ends). A task whose worker died leaves its files out."""
+    names = [", ".join(map(str, s[:3])) + (f" (and {len(s) - 3} more)" if len(s) > 3 else "") for s in sources]
+    done = []
+    for files, value in zip(sources, executor.map(function or files_task, calls, names)):
+        if isinstance(value, Lost):
+            value = TaskDone([FileOutcome(f, UNREADABLE, f"{f}: the worker reading it died ({value.why})")
+                              for f in files])
+        elif progress:
+            for f in files:
+                progress(f, storage.size(f))
+        done.append(value)
+    return done
+
+
+GROUP_BYTES = 256 << 20  # input a task reads at most when files are grouped (a worker holds its tables at once)
+
+
+def batches(files: list, threads: int) -> list[list]:
+    """FILES in consecutive groups of about equal bytes, one task each: twice as many groups as worker threads (for
+    balance), or more where that puts over GROUP_BYTES of input in a group, and never more groups than files.
+    Grouping pays a task's fixed cost (a DuckDB connection, its macros, every query's plan) once for several small
+    files; large files go one a task."""
+    sizes = [max(1, storage.size(f)) for f in files]
+    total = sum(sizes)
+    count = min(len(files), max(2 * threads, math.ceil(total / GROUP_BYTES)))
+    groups: list[list] = [[] for _ in range(count)]
+    before = 0
+    for file, size in zip(files, sizes):
+        groups[min(count - 1, int((before + size / 2) * count / total))].append(file)  # by the file's middle byte
+        before += size
+    return [g for g in groups if g]

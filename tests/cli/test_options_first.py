@@ -1,6 +1,5 @@
 """Every option is checked before any work: a bad option is the error even when the input would take minutes to
-read (here the input does not exist, so an option checked late would be reported as the missing input instead), and
-`--scheduler` refuses Execution Traces before it starts or reaches a cluster."""
+read (here the input does not exist, so an option checked late would be reported as the missing input instead)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, shared_trace
+from tests.conftest import REPO
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -30,6 +29,7 @@ CASES = {
     "replay_out_dir": (["replay", "{missing}", "-o", "{tmp}/no/t.json.gz"], "no such directory"),
     "replay_selector": (["replay", "{missing}", "--scale", "nonsense"], "SELECTOR=FACTOR"),
     "scheduler_syntax": (["report", "{missing}", "-o", "{tmp}/r", "--scheduler", "lots"], "not local:N"),
+    "jobs_and_scheduler": (["diff", "{missing}", "{missing}", "--jobs", "2", "--scheduler", "local:2"], "give one"),
     "max_rows": (["sql", "select 1", "{missing}", "-n", "-3"], "-3"),
 }
 
@@ -42,13 +42,3 @@ def test_a_bad_option_is_reported_before_the_input_is_read(case, tmp_path):
     assert result.returncode == 2, result.stderr
     assert needle in result.stderr and "missing.json" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize("command", ["report", "ingest"])
-def test_scheduler_refuses_an_execution_trace_before_reaching_the_cluster(command, tmp_path):
-    """The scheduler's address is unreachable: had the command started work there first, the error would say so."""
-    pair = shared_trace("et_pairs/a100_simple_add")
-    result = run_cli(command, str(pair), "-o", str(tmp_path / "out"), "--scheduler", "tcp://127.0.0.1:9")
-    assert result.returncode == 2, result.stderr
-    assert "et.json.gz: an Execution Trace: --scheduler links Kineto traces only" in result.stderr, result.stderr
-    assert not (tmp_path / "out").exists()

@@ -1,5 +1,5 @@
-"""--scheduler: the per-rank work on a local Dask cluster of 2 worker processes gives the bytes a run without it
-writes (dataset, workbooks, diff), also when a rank's file is bad; a worker that dies leaves its file out."""
+"""--scheduler: the plan's per-rank tasks on a local Dask cluster of 2 worker processes give the bytes a run in this
+process writes (dataset, workbooks, diff), also when a rank's file is bad; a worker that dies leaves its file out."""
 
 from __future__ import annotations
 
@@ -13,19 +13,21 @@ import pytest
 import tracekit
 from tracekit.errors import InputError
 from tracekit.inputs import resolve_inputs
+from tracekit.output.dataset import ingest
+from tracekit.output.workbooks import report
 
 distributed = pytest.importorskip("distributed", reason="Dask is not installed (pip install 'tracekit[dask]')")
 
 
 @pytest.fixture(scope="module")
-def client():
+def on_dask():
     import dask
 
-    from tracekit.cluster.scheduler import dask_client
+    from tracekit.cluster.scheduler import dask_executor
     # a task whose worker dies once is given up (not after 4 deaths): no restarts to wait for in the worker-death
-    # test; no other task is affected, since none waits in a worker's queue (runs.gathered)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), dask_client("local:2") as c:
-        yield c
+    # test; no other task is affected, since none waits in a worker's queue (DaskExecutor.map)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), dask_executor("local:2") as executor:
+        yield executor
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +43,11 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_ingest_writes_the_same_dataset_bytes(client, job, tmp_path):
-    from tracekit.cluster import runs
+def test_ingest_writes_the_same_dataset_bytes(on_dask, job, tmp_path):
     with pytest.warns(tracekit.LeftOutFileWarning, match="rank3.json: not valid JSON"):
         tracekit.write_dataset(tracekit.load(job), tmp_path / "local")
     with pytest.warns(tracekit.LeftOutFileWarning, match="rank3.json: not valid JSON"):
-        written = runs.ingest(client, resolve_inputs(job), tmp_path / "cluster")
+        written = ingest(resolve_inputs(job), tmp_path / "cluster", on_dask)
     local, cluster = files_of(tmp_path / "local"), files_of(tmp_path / "cluster")
     assert local.keys() == cluster.keys() and local == cluster
     assert written.ranks == [0, 1, 2]
@@ -55,28 +56,26 @@ def test_ingest_writes_the_same_dataset_bytes(client, job, tmp_path):
     assert [n["source_file"] for n in notes if n["reason"] == "file_unreadable"] == [str(job / "rank3.json")]
 
 
-def test_report_writes_the_same_workbook_bytes(client, job, tmp_path):
-    from tracekit.cluster import runs
+def test_report_writes_the_same_workbook_bytes(on_dask, job, tmp_path):
     from tracekit.output.terminal import QUERIES
     from tracekit.output.workbooks import run_analyses, write_reports
     with pytest.warns(tracekit.LeftOutFileWarning):
         tables = tracekit.load(job)
     local = write_reports(tables, tmp_path / "local", analyses_done=run_analyses(tables, extra=QUERIES), problems=[])
     with pytest.warns(tracekit.LeftOutFileWarning):
-        done, paths, _ = runs.report(client, resolve_inputs(job), tmp_path / "cluster", extra=QUERIES)
+        done, paths, _ = report(resolve_inputs(job), tmp_path / "cluster", on_dask, extra=QUERIES)
     assert [p.name for p in paths] == [p.name for p in local] == ["rank0.xlsx", "rank1.xlsx", "rank2.xlsx", "ranks.xlsx"]
     assert files_of(tmp_path / "local") == files_of(tmp_path / "cluster")  # also: no staging folder left behind
     assert done.results["diagnostics_reasons"].filter(reason="file_unreadable")["entries"].to_list() == [1]
 
 
-def test_diff_gives_the_same_comparison(client, tmp_path):
+def test_diff_gives_the_same_comparison(on_dask, tmp_path):
     from tracekit import diff
-    from tracekit.cluster import runs
     for name, seed in (("base", 1), ("cand", 2)):
         tracekit.synth.generate(tmp_path / name, 2, 8, 0, noise=0.02, noise_seed=seed,
                                 slow_kernels={"gemm": 1.3} if name == "cand" else {})
     local = diff.compare(*(diff.summarize(tracekit.load(tmp_path / n), n) for n in ("base", "cand")))
-    sides = [runs.summarize(client, resolve_inputs(tmp_path / n), n) for n in ("base", "cand")]
+    sides = [diff.summarize_inputs(resolve_inputs(tmp_path / n), n, on_dask) for n in ("base", "cand")]
     cluster = diff.compare(*sides)
     assert cluster.measures.equals(local.measures)
     assert all(cluster.sections[name].equals(frame) for name, frame in local.sections.items())
@@ -92,15 +91,15 @@ def die_on_rank_1(tables, *_):
         os._exit(1)
 
 
-def test_a_worker_that_dies_leaves_its_file_out(client, job, tmp_path, monkeypatch):
+def test_a_worker_that_dies_leaves_its_file_out(on_dask, job, tmp_path, monkeypatch):
     import cloudpickle
 
-    from tracekit.cluster import runs
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job goes to the workers by value
-    monkeypatch.setattr(runs, "batches", lambda files, threads: [[f] for f in files])  # a file a task here
+    from tracekit import pipeline
+    monkeypatch.setattr(pipeline, "batches", lambda files, threads: [[f] for f in files])  # a file a task here
     with pytest.warns(tracekit.LeftOutFileWarning) as caught:
-        done = runs.run_files(client, resolve_inputs(job), None, die_on_rank_1)
-    assert [o.path.name for o in done.outcomes] == ["rank0.json", "rank2.json"]
+        done = pipeline.run_plan(resolve_inputs(job), die_on_rank_1, (), on_dask)
+    assert done.ranks == [0, 2]
     messages = sorted(str(w.message) for w in caught)
     assert "rank1.json: the worker reading it died" in messages[0] and "rank3.json: not valid JSON" in messages[1]
     notes = done.diagnostics.to_pylist()
@@ -109,22 +108,23 @@ def test_a_worker_that_dies_leaves_its_file_out(client, job, tmp_path, monkeypat
 
 
 def write_then_die_on_rank_1(tables, building):
-    from tracekit.cluster import tasks
+    from tracekit.output.dataset import write_ranked
     if tables.rank_list != [1]:
-        return tasks.ingest_job(tables, building)
-    tasks.ingest_job(tables.with_tables(edges=tables.edges.slice(0, 0)), building)  # all but its edges
+        return write_ranked(tables, building)
+    write_ranked(tables.with_tables(edges=tables.edges.slice(0, 0)), building)  # all but its edges
     os._exit(1)
 
 
-def test_a_worker_that_dies_mid_write_leaves_no_trace_of_its_rank(client, job, tmp_path, monkeypatch):
+def test_a_worker_that_dies_mid_write_leaves_no_trace_of_its_rank(on_dask, job, tmp_path, monkeypatch):
     import cloudpickle
 
-    from tracekit.cluster import runs, tasks
+    from tracekit import pipeline
+    from tracekit.output import dataset
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    monkeypatch.setattr(tasks, "ingest_job", write_then_die_on_rank_1)
-    monkeypatch.setattr(runs, "batches", lambda files, threads: [[f] for f in files])
+    monkeypatch.setattr(dataset, "write_ranked", write_then_die_on_rank_1)
+    monkeypatch.setattr(pipeline, "batches", lambda files, threads: [[f] for f in files])
     with pytest.warns(tracekit.LeftOutFileWarning):
-        written = runs.ingest(client, resolve_inputs(job), tmp_path / "ds")
+        written = ingest(resolve_inputs(job), tmp_path / "ds", on_dask)
     assert written.ranks == [0, 2]
     assert not list((tmp_path / "ds").rglob("rank=1"))
     with pytest.warns(tracekit.LeftOutFileWarning):  # the dataset reads back whole: rows as its marker counts
@@ -132,14 +132,13 @@ def test_a_worker_that_dies_mid_write_leaves_no_trace_of_its_rank(client, job, t
     assert tables.rank_list == [0, 2]
 
 
-def test_two_files_of_one_rank_fail_the_whole_run(client, tmp_path):
-    from tracekit.cluster import runs
+def test_two_files_of_one_rank_fail_the_whole_run(on_dask, tmp_path):
     tracekit.synth.generate(tmp_path / "a", 1, 2, 0)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "rank0.json").write_bytes((tmp_path / "a" / "rank0.json").read_bytes())
     with pytest.raises(InputError, match="holds rank 0, which .* holds too"):
-        runs.ingest(client, resolve_inputs([tmp_path / "a" / "rank0.json", tmp_path / "b" / "rank0.json"]),
-                    tmp_path / "ds")
+        ingest(resolve_inputs([tmp_path / "a" / "rank0.json", tmp_path / "b" / "rank0.json"]), tmp_path / "ds",
+               on_dask)
     assert sorted(tmp_path.iterdir()) == [tmp_path / "a", tmp_path / "b"]  # no dataset, nothing half-built
 
 
@@ -165,15 +164,14 @@ def test_a_bad_scheduler_is_one_line_and_exit_2(spec, message, job, tmp_path):
     assert message in result.stderr and not (tmp_path / "ds").exists()
 
 
-def test_an_ingested_dataset_is_read_rank_by_rank_on_the_workers(client, job, tmp_path):
+def test_an_ingested_dataset_is_read_rank_by_rank_on_the_workers(on_dask, job, tmp_path):
     """Ingest once (to a file:// URL, written by the workers through fsspec), then report from the dataset on the
     cluster, each worker reading one rank's partitions: the workbooks of a local report of the same dataset."""
-    from tracekit.cluster import runs
     from tracekit.output.terminal import QUERIES
     from tracekit.output.workbooks import run_analyses, write_reports
     url = f"file://{tmp_path / 'dataset'}"
     with pytest.warns(tracekit.LeftOutFileWarning):
-        runs.ingest(client, resolve_inputs(job), url)
+        ingest(resolve_inputs(job), url, on_dask)
     with pytest.warns(tracekit.LeftOutFileWarning):
         tracekit.write_dataset(tracekit.load(job), tmp_path / "local-dataset")
     assert files_of(tmp_path / "dataset") == files_of(tmp_path / "local-dataset")
@@ -181,30 +179,29 @@ def test_an_ingested_dataset_is_read_rank_by_rank_on_the_workers(client, job, tm
         tables = tracekit.load(tmp_path / "dataset")
     write_reports(tables, tmp_path / "local", analyses_done=run_analyses(tables, extra=QUERIES), problems=[])
     with pytest.warns(tracekit.LeftOutFileWarning):
-        runs.report(client, resolve_inputs(url), tmp_path / "cluster", extra=QUERIES)
+        report(resolve_inputs(url), tmp_path / "cluster", on_dask, extra=QUERIES)
     assert files_of(tmp_path / "local") == files_of(tmp_path / "cluster")
 
 
-def test_small_files_are_read_in_groups_with_the_same_bytes(client, tmp_path):
+def test_small_files_are_read_in_groups_with_the_same_bytes(on_dask, tmp_path):
     """8 small ranks on 2 worker threads: 4 tasks of 2 files, each group joined and linked together."""
-    from tracekit.cluster import runs
     tracekit.synth.generate(tmp_path / "traces", 8, 2, 0)
     files = sorted((tmp_path / "traces").glob("rank*.json"), key=lambda p: int(p.stem[4:]))
-    groups = runs.batches(files, 2)
+    from tracekit.pipeline import batches
+    groups = batches(files, 2)
     assert [len(g) for g in groups] == [2, 2, 2, 2] and sum(groups, []) == files
-    runs.ingest(client, resolve_inputs(tmp_path / "traces"), tmp_path / "cluster")
+    ingest(resolve_inputs(tmp_path / "traces"), tmp_path / "cluster", on_dask)
     tracekit.write_dataset(tracekit.load(tmp_path / "traces"), tmp_path / "local")
     assert files_of(tmp_path / "local") == files_of(tmp_path / "cluster")
-    assert runs.batches(files, 16) == [[f] for f in files]  # as many threads as files: one file a task
+    assert batches(files, 16) == [[f] for f in files]  # as many threads as files: one file a task
 
 
-def test_traces_without_events_are_refused_with_the_local_message(client, tmp_path):
-    from tracekit.cluster import runs
+def test_traces_without_events_are_refused_with_the_local_message(on_dask, tmp_path):
     for r in (0, 1):
         (tmp_path / f"rank{r}.json").write_text('{"traceEvents": []}')
     with pytest.raises(InputError) as local:
         tracekit.load(tmp_path)
     with pytest.raises(InputError) as cluster:
-        runs.ingest(client, resolve_inputs(tmp_path), tmp_path / "ds")
+        ingest(resolve_inputs(tmp_path), tmp_path / "ds", on_dask)
     assert str(cluster.value) == str(local.value) and "no trace events (traceEvents is empty)" in str(local.value)
     assert not (tmp_path / "ds").exists()

@@ -354,6 +354,8 @@ def test_cli_peak_file_is_what_percent_of_peak_uses(tmp_path):
     rows = pl.read_csv(out).filter(pl.col("compute_spec") == "matrix_bf16")
     assert set(rows["device"]) == {"Mine"} and set(rows["peak_tflops_per_s"]) == {100.0}
     assert "\n" not in "".join(rows["input_dims"])  # compact text in CSV
-    refused = CliRunner().invoke(main, ["report", trace, "-o", str(tmp_path / "r"), "--peak", str(path),
-                                        "--scheduler", "local:1"])
-    assert refused.exit_code == 2 and "--peak: not supported with --scheduler" in refused.stderr
+    # the table travels with the per-rank tasks: a report in worker processes uses it as one in this process does
+    for where, option in (("here", []), ("pool", ["--jobs", "2"])):
+        done = CliRunner().invoke(main, ["report", trace, "-o", str(tmp_path / where), "--peak", str(path), *option])
+        assert done.exit_code == 0, done.output
+    assert (tmp_path / "here" / "rank0.xlsx").read_bytes() == (tmp_path / "pool" / "rank0.xlsx").read_bytes()

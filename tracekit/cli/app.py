@@ -146,14 +146,16 @@ def input_warnings_reported() -> Iterator[None]:
 
 
 @contextmanager
-def progress_bar(inputs: Inputs) -> Iterator:
-    """The `progress` callback of `load`: a bar on a terminal when the input is several files or large, else None."""
+def progress_bar(inputs: Inputs, doing: str = "") -> Iterator:
+    """The `progress` callback of `load`: a bar on a terminal when the input is several files or large, else None;
+    DOING says what is done with them as they are read."""
     files = inputs.files + inputs.graph_captures
+    also = f", {doing}" if doing else ""
     if not files or len(files) == 1 and storage.size(files[0]) < 20_000_000 or not stderr.is_terminal:
-        with working(f"reading {inputs.label}"):
+        with working(f"reading {inputs.label}{also}"):
             yield None
         return
-    with Progress(TextColumn("reading traces"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
+    with Progress(TextColumn(f"reading traces{also}"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
                   TimeElapsedColumn(), console=stderr, transient=True) as bar:
         task = bar.add_task("read", total=len(files))
         yield lambda path, size: bar.advance(task)
@@ -257,25 +259,64 @@ def read_peak_option(peak_file: Path | None):
     return None if peak_file is None else read_peaks(peak_file)
 
 
-scheduler_option = click.option(
-    "--scheduler", default=None, metavar="local:N|tcp://HOST:PORT",
-    help="Run the per-rank work (reading, linking, per-rank analyses and outputs) on a Dask cluster: local:N starts N "
-         "worker processes here, tcp://HOST:PORT uses a running cluster's scheduler. Needs tracekit[dask]. The "
-         "outputs are the same bytes as without it.")
+def executor_options(fn):
+    """--jobs N and --scheduler on a command that runs the plan (`pipeline.run_plan`): its `executor` argument, a
+    context manager giving the executor its per-rank tasks run on."""
+    fn = click.option(
+        "--scheduler", default=None, metavar="local:N|tcp://HOST:PORT", expose_value=False,
+        callback=remember_option,
+        help="Run the per-rank work (reading, linking, per-rank analyses and outputs) on a Dask cluster: local:N "
+             "starts N worker processes here, tcp://HOST:PORT uses a running cluster's scheduler. Needs "
+             "tracekit[dask]. The outputs are the same bytes as without it.")(fn)
+    return click.option(
+        "--jobs", "-j", type=click.IntRange(min=1), default=None, metavar="N", expose_value=False,
+        callback=remember_option,
+        help="Run the per-rank work in N local processes (files read in groups, one group a process at a time). "
+             "The outputs are the same bytes as without it.")(fn)
+
+
+def remember_option(ctx: click.Context, param: click.Parameter, value) -> None:
+    ctx.meta[f"tracekit_{param.name}"] = value
 
 
 @contextmanager
-def on_cluster(scheduler: str, paths: Iterable[str]) -> Iterator:
-    """(Dask client, resolved inputs) for a command run with --scheduler; input warnings as warning lines."""
-    from tracekit.cluster.runs import refuse_execution_traces
-    from tracekit.cluster.scheduler import check_scheduler, dask_client
-    check_scheduler(scheduler)
+def executor() -> Iterator:
+    """The executor --jobs / --scheduler ask for (in this process without either), for the block."""
+    jobs, scheduler = check_executor_options()
+    if scheduler is not None:
+        from tracekit.cluster.scheduler import dask_executor
+        with dask_executor(scheduler) as dask:
+            yield dask
+    elif jobs is not None and jobs > 1:
+        from tracekit.executors import ProcessPool
+        with ProcessPool(jobs) as pool:
+            yield pool
+    else:
+        from tracekit.executors import InProcess
+        yield InProcess()
+
+
+def check_executor_options() -> tuple[int | None, str | None]:
+    """(--jobs, --scheduler), refused (InputError) when both are given or the scheduler is malformed: called first
+    by a command, before anything is read."""
+    ctx = click.get_current_context()
+    jobs, scheduler = ctx.meta.get("tracekit_jobs"), ctx.meta.get("tracekit_scheduler")
+    if jobs is not None and scheduler is not None:
+        raise InputError(f"--jobs {jobs} --scheduler {scheduler}: give one (--jobs runs local processes, "
+                         "--scheduler a Dask cluster)")
+    if scheduler is not None:
+        from tracekit.cluster.scheduler import check_scheduler
+        check_scheduler(scheduler)
+    return jobs, scheduler
+
+
+@contextmanager
+def planned(paths: Iterable[str] | Inputs, doing: str) -> Iterator:
+    """(inputs resolved, the `progress` callback of `pipeline.run_plan`) for a command's plan: the API's warnings
+    about input files as warning lines, a bar or spinner saying it reads the inputs and DOING."""
     inputs = command_inputs(paths)
-    if inputs.graph_captures:
-        raise InputError("--graph-capture: not supported with --scheduler yet (run without it)")
-    refuse_execution_traces(inputs)
-    with input_warnings_reported(), dask_client(scheduler) as client:
-        yield client, inputs
+    with input_warnings_reported(), progress_bar(inputs, doing) as progress:
+        yield inputs, progress
 
 
 def open_database(paths: Iterable[str], rank: int | None = None, safe: bool = False) -> TraceDatabase:

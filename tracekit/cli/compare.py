@@ -11,10 +11,12 @@ import click
 
 from tracekit import diff
 from tracekit.cli.app import (
-    load_traces,
+    as_ranks_given,
+    check_executor_options,
+    executor,
+    executor_options,
     main,
-    on_cluster,
-    scheduler_option,
+    planned,
     stderr,
     stdout,
     user_errors,
@@ -69,12 +71,13 @@ class SidesCommand(click.Command):
 @click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
 @click.option("--wide", is_flag=True, help="Print item names whole in the table, however wide (default: shortened in "
                                            "the middle to fit the terminal, distinct names kept distinct).")
-@scheduler_option
+@executor_options
 @user_errors
-def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide, scheduler):
+def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide):
     """Compare two runs. BASELINE and CANDIDATE are each a trace file, a directory of ranks, an ingested dataset,
     or a directory of captures (one subdirectory per capture of one configuration). With several captures a side
     (A1 A2 ... -- B1 B2 ...), the verdicts test between-capture variance, captures as blocks."""
+    check_executor_options()
     try:
         diff.parse_metric_name(metric)
     except LookupError as exc:
@@ -82,7 +85,8 @@ def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, to
     if out_path is not None:
         check_output_file(out_path, [p for p in runs if p != SIDES_SEPARATOR], force, WORKBOOK_FILE_HINT)
     sides = split_sides(runs)
-    summaries = summarized(sides, scheduler)
+    with executor() as runner:
+        summaries = summarized(sides, runner)
     for side in (s for captures in summaries for s in captures):
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
     with working("comparing the runs"):
@@ -137,20 +141,15 @@ def split_sides(runs: tuple[str, ...]) -> tuple[list[tuple[Inputs, str]], list[t
     return tuple(sides)
 
 
-def summarized(sides, scheduler: str | None) -> list[list[diff.Side]]:
-    """Each capture summarised, one run's tables at a time (each is summarised before the next is read)."""
-    if scheduler:
-        from tracekit.cluster import runs
-        with on_cluster(scheduler, sides[0][0][0].given) as (client, _):
-            with working("summarizing the runs on the cluster"):
-                return [[runs.summarize(client, c, label) for c, label in captures] for captures in sides]
-    return [[summarize_capture(load_traces(c), label) for c, label in captures] for captures in sides]
+def summarized(sides, runner) -> list[list[diff.Side]]:
+    """Each capture summarised on the executor RUNNER, one run at a time (each is summarised before the next is
+    read)."""
+    return [[summarize_capture(c, label, runner) for c, label in captures] for captures in sides]
 
 
-def summarize_capture(tables, label: str) -> diff.Side:
-    """One capture's analyses (after its reading, which shows its own progress: rich draws one bar at a time)."""
-    with working(f"analysing {label}"):
-        return diff.summarize(tables, label)
+def summarize_capture(inputs: Inputs, label: str, runner) -> diff.Side:
+    with planned(inputs, f"analysing {label}") as (inputs, progress):
+        return diff.summarize_inputs(inputs, label, runner, as_ranks_given(), progress)
 
 
 def signed_percent(value: float | None) -> str:

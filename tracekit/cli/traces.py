@@ -10,22 +10,24 @@ import click
 # Modules only one command uses are imported in it: a command pays only for what it runs (imports are most of
 # the time of a small report, bench/RESULTS.md).
 from tracekit import storage
-from tracekit.errors import InputError
 from tracekit.cli.app import (
+    as_ranks_given,
     as_ranks_option,
+    check_executor_options,
+    executor,
+    executor_options,
     load_traces,
     main,
-    on_cluster,
     peak_option,
+    planned,
     read_peak_option,
-    scheduler_option,
-    stderr,
     stdout,
     user_errors,
     warn_about_failed_analyses,
     working,
 )
-from tracekit.output.files import check_output_file, local_output, refuse_input_dir, refuse_input_file
+from tracekit.errors import InputError
+from tracekit.output.files import check_output_file, local_output, refuse_input_dir
 
 
 @main.command()
@@ -35,28 +37,20 @@ from tracekit.output.files import check_output_file, local_output, refuse_input_
                    "folder per table, rank=N/ partitions).")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
-@scheduler_option
+@executor_options
 @as_ranks_option
 @user_errors
-def ingest(traces, out_dir, rank, force, scheduler):
+def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
+    from tracekit.output.dataset import ingest as ingest_traces
+    check_executor_options()
     out_dir = storage.location(out_dir)
     refuse_input_dir(out_dir, traces)
-    if scheduler:
-        from tracekit.cluster import runs
-        with on_cluster(scheduler, traces) as (client, inputs):
-            written = runs.ingest(client, inputs, out_dir, force, rank)
-        rows, ranks, dropped = written.rows, written.ranks, written.dropped
-    else:
-        from tracekit.output.dataset import write_dataset
-        tables = load_traces(traces, rank)
-        with working(f"writing {out_dir}"):
-            write_dataset(tables, out_dir, force=force)
-        rows = {name: t.num_rows for name, t in tables.items()}
-        ranks, dropped = tables.rank_list, sum(tables.diagnostics.column("dropped").to_pylist())
-    counts = ", ".join(f"{name} {n:,}" for name, n in rows.items() if n)
-    stdout.print(f"wrote {out_dir}: ranks {ranks}; {counts}"
-                 + (f"; {dropped} entries dropped (see diagnostics)" if dropped else ""))
+    with planned(traces, f"writing {out_dir}") as (inputs, progress), executor() as runner:
+        written = ingest_traces(inputs, out_dir, runner, force, rank, as_ranks_given(), progress)
+    counts = ", ".join(f"{name} {n:,}" for name, n in written.rows.items() if n)
+    stdout.print(f"wrote {out_dir}: ranks {written.ranks}; {counts}"
+                 + (f"; {written.dropped} entries dropped (see diagnostics)" if written.dropped else ""))
 
 
 @main.command()
@@ -68,31 +62,21 @@ def ingest(traces, out_dir, rank, force, scheduler):
 @click.option("--wide", is_flag=True, help="Print op and kernel names whole in the summary, however wide.")
 @peak_option
 @as_ranks_option
-@scheduler_option
+@executor_options
 @user_errors
-def report(traces, out_dir, rank, force, wide, peak_file, scheduler):
+def report(traces, out_dir, rank, force, wide, peak_file):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     # here, not at the top: ingest, graph and synth need neither the workbook writer (xlsxwriter) nor the summary
     from tracekit.output.terminal import QUERIES, print_summary
-    from tracekit.output.terminal import progress_bar as analyses_progress
-    from tracekit.output.workbooks import check_out_dir, run_analyses, write_reports
+    from tracekit.output.workbooks import check_out_dir
+    from tracekit.output.workbooks import report as report_traces
+    check_executor_options()
     out_dir = local_output(out_dir)
     check_out_dir(out_dir, force, inputs=traces)
-    if scheduler and peak_file is not None:
-        raise InputError("--peak: not supported with --scheduler yet (the workers use the shipped device peaks)")
     peak_table = read_peak_option(peak_file)
-    if scheduler:
-        from tracekit.cluster import runs
-        with on_cluster(scheduler, traces) as (client, inputs):
-            done, paths, problems = runs.report(client, inputs, out_dir, force, rank, extra=QUERIES)
-        print_summary(stdout, done, paths, problems, wide)
-        warn_about_failed_analyses(done.failures)
-        return
-    tables = load_traces(traces, rank).with_peaks(peak_table)
-    problems: list[str] = []
-    with analyses_progress(stderr) as progress:
-        done = run_analyses(tables, progress, extra=QUERIES)
-        paths = write_reports(tables, out_dir, force, analyses_done=done, problems=problems, progress=progress)
+    with planned(traces, "analysing and writing the workbooks") as (inputs, progress), executor() as runner:
+        done, paths, problems = report_traces(inputs, out_dir, runner, force, rank, QUERIES, peak_table,
+                                              as_ranks_given(), progress)
     print_summary(stdout, done, paths, problems, wide)
     warn_about_failed_analyses(done.failures)
 

@@ -1,4 +1,4 @@
-"""The Dask client a `--scheduler` names: `local:N` (a cluster of N worker processes on this machine, closed
+"""The Dask executor a `--scheduler` names: `local:N` (a cluster of N worker processes on this machine, closed
 afterwards) or `tcp://HOST:PORT` (an existing cluster's scheduler). The only module that imports Dask."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from tracekit.errors import InputError
+from tracekit.executors import Lost, raise_task_error
 
 LOCAL = re.compile(r"local:(\d+)")
 INSTALL_HINT = "pip install 'tracekit[dask]'"
@@ -55,3 +56,66 @@ def is_worker_death(error: BaseException) -> bool:
     """The task's worker died (more often than the scheduler's allowed-failures): Dask's KilledWorker."""
     from distributed import KilledWorker
     return isinstance(error, KilledWorker)
+
+
+@contextmanager
+def dask_executor(scheduler: str) -> Iterator[DaskExecutor]:
+    """The executor of `--scheduler SCHEDULER` for the block (a local cluster is closed after it)."""
+    with dask_client(scheduler) as client:
+        yield DaskExecutor(client)
+
+
+class DaskExecutor:
+    """Tasks on a Dask cluster (tracekit.executors says what an executor does)."""
+
+    in_process = False
+
+    def __init__(self, client):
+        self.client = client
+
+    @property
+    def workers(self) -> int:
+        return max(1, sum(self.client.nthreads().values()))
+
+    def map(self, function: Callable, calls: Sequence[tuple], names: Sequence[str] = ()) -> Iterator:
+        """Each task run to its end, its value in call order. A task that fails otherwise than by its worker's
+        death fails the command (after the others are cancelled), naming its files; one whose worker died is Lost.
+
+        Only as many tasks are in flight as the cluster has worker threads, each submitted when one ends: no task
+        waits in a worker's queue, so a worker that dies takes only the task it was running with it (Dask counts a
+        death against every task assigned to that worker), and a worker holds one group's tables at a time.
+        """
+        from distributed import as_completed
+
+        pending = list(enumerate(calls))[::-1]
+        values: dict[int, object] = {}
+        running: dict = {}
+
+        def submit_next():
+            i, arguments = pending.pop()
+            future = self.client.submit(function, *arguments, pure=False)
+            running[future] = i
+            return future
+
+        for _ in range(min(len(pending), self.workers)):
+            submit_next()
+        flow = as_completed(list(running))
+        try:
+            for future in flow:
+                i = running.pop(future)
+                values[i] = future_value(future, names, i)
+                if pending:
+                    flow.add(submit_next())
+        finally:
+            self.client.cancel(list(running))
+        return iter([values[i] for i in range(len(calls))])
+
+
+def future_value(future, names: Sequence[str], i: int):
+    """A finished task's value; Lost when its worker died; its error raised otherwise."""
+    if future.status != "error":
+        return future.result()
+    error = future.exception()
+    if is_worker_death(error):
+        return Lost(str(error))
+    raise_task_error(names, i, error)

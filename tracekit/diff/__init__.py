@@ -21,7 +21,7 @@ workbook.py (the diff workbook), terminal.py (the terminal summary).
 from __future__ import annotations
 
 from tracekit.diff import verdicts
-from tracekit.diff.compare import compare, per_step_results, summarize
+from tracekit.diff.compare import compare, per_step_results, summarize, summarize_inputs
 from tracekit.diff.comparison import (
     CAPTURES,
     DEFAULT_ALPHA,
@@ -43,5 +43,5 @@ __all__ = [
     "DEFAULT_WARMUP_STEPS", "SECTIONS", "SIGNIFICANT",
     "TOP_CHANGE_SECTIONS",
     "DiffResult", "Metric", "Section", "Settings", "Side", "compare", "parse_metric_name", "per_step_results",
-    "print_summary", "summarize", "verdicts", "write_workbook",
+    "print_summary", "summarize", "summarize_inputs", "verdicts", "write_workbook",
 ]

@@ -35,6 +35,8 @@ from tracekit.diff.sections import (
 from tracekit.diff.side import Side, SidePart, left_out_steps, result, step_basis, step_counts_of
 from tracekit.engine import catalog, connection
 from tracekit.engine.tables import TraceTables
+from tracekit.inputs import Inputs
+from tracekit.pipeline import Progress, run_plan
 from tracekit.query import analyses, step_scope
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -49,6 +51,13 @@ def summarize(tables: TraceTables, label: str, sections: dict[str, Section] = SE
     `Side.failures` (the diff's notes) rather than stopping the diff.
     """
     return combined_side(label, [summarize_ranks(tables, sections)])
+
+
+def summarize_inputs(inputs: Inputs, label: str, executor=None, as_ranks: bool = False,
+                     progress: Progress | None = None) -> Side:
+    """`summarize` of one run's traces: the plan (`pipeline.run_plan`) on EXECUTOR, each task summarising its
+    ranks (`summarize_ranks`), joined here."""
+    return combined_side(label, run_plan(inputs, summarize_ranks, (), executor, None, as_ranks, progress).results)
 
 
 def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS) -> SidePart:

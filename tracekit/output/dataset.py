@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +16,8 @@ import pyarrow.parquet as pq
 from tracekit import schema, storage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import is_dataset, path_kind
+from tracekit.inputs import Inputs, is_dataset, path_kind
+from tracekit.pipeline import Progress, run_plan
 from tracekit.output.atomic import created_dir, replacing_dir
 from tracekit.read.dataset import DATASET_MARKER, NULL_PARTITION
 from tracekit.storage import Location
@@ -33,6 +35,36 @@ def write_dataset(tables: TraceTables, out_dir: Location, force: bool = False) -
         written = write_tables(tables, building)
         write_marker(building, {name: t.num_rows for name, t in tables.items()}, tables.rank_list)
     return [storage.join(out_dir, storage.relative(p, building)) for p in written]
+
+
+@dataclass(frozen=True)
+class Ingested:
+    rows: dict[str, int]
+    ranks: list[int]
+    dropped: int
+
+
+def ingest(inputs: Inputs, out_dir: Location, executor=None, force: bool = False, rank: int | None = None,
+           as_ranks: bool = False, progress: Progress | None = None) -> Ingested:
+    """`tracekit ingest`: the plan (`pipeline.run_plan`) on EXECUTOR, each task writing its ranks' partitions into
+    the dataset being built; the notes about no rank and the marker are written here, last. The bytes of
+    `write_dataset` over the same input, on every executor."""
+    with building_dataset(out_dir, force) as building:
+        done = run_plan(inputs, write_ranked, (building,), executor, rank, as_ranks, progress)
+        remove_other_ranks(building, done.ranks)
+        about_no_rank = done.diagnostics.filter(pc.is_null(done.diagnostics.column("rank")))
+        write_tables(TraceTables(diagnostics=schema.conform("diagnostics", about_no_rank)), building)
+        rows = done.rows | {"diagnostics": done.diagnostics.num_rows}
+        write_marker(building, rows, done.ranks)
+    return Ingested(rows, done.ranks, sum(done.diagnostics.column("dropped").to_pylist()))
+
+
+def write_ranked(tables: TraceTables, building: Location) -> None:
+    """A task's ranks' partitions, written into the dataset being built. Notes about no rank are left to the
+    driver, which writes every task's into one partition."""
+    diagnostics = tables.diagnostics
+    write_tables(tables.with_tables(diagnostics=diagnostics.filter(pc.is_valid(diagnostics.column("rank")))),
+                 building)
 
 
 @contextmanager

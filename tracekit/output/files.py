@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tracekit import storage
 from tracekit.errors import InputError
-from tracekit.inputs import TRACE_SUFFIXES, is_dataset, path_kind
+from tracekit.inputs import is_dataset, path_kind, trace_files_in
 from tracekit.output.atomic import replacing_file
 
 
@@ -34,7 +34,7 @@ def input_files(inputs: Iterable[str | Path]) -> list[Path]:
     for p in map(Path, (i for i in inputs if not storage.is_url(i))):
         found.append(p)
         if path_kind(p) == "dir" and not is_dataset(p):
-            found += [f for f in p.iterdir() if f.name.endswith(TRACE_SUFFIXES)]
+            found += trace_files_in(p)
     return found
 
 

@@ -13,18 +13,21 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import tomllib
 
 from tracekit.engine.catalog import across_ranks, analysis_order, data_dir
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.output.atomic import created_dir, replacing_files
+from tracekit.inputs import Inputs
+from tracekit.output.atomic import created_dir, replacing_files, staging_dir
 from tracekit.output.files import refuse_input_file
 from tracekit.output.xlsx import (
     Block,
@@ -38,6 +41,8 @@ from tracekit.output.xlsx import (
     shape_rows,
     write_workbook,
 )
+from tracekit.pipeline import Progress as ReadProgress
+from tracekit.pipeline import run_plan
 from tracekit.query import analyses
 
 WORKBOOKS = ("rank", "ranks")  # reports/NAME.toml, in the order they are written
@@ -272,13 +277,85 @@ def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, an
     check_out_dir(out_dir, force)
     done = analyses_done or run_analyses(tables, progress)
     jobs = workbook_jobs(done.ranks)
-    paths = [out_dir / spec.file.format(rank=rank) for spec, rank in jobs]
-    # All workbooks under temporary names first: a failure leaves the previous report (if any) whole.
-    with created_dir(out_dir), replacing_files(paths) as temporary:
-        notes = write_workbooks(done, jobs, temporary, progress)
-    remove_stale_workbooks(out_dir, paths)
+    with staged_workbooks(out_dir) as staging:
+        notes = write_workbooks(done, jobs, [staging / workbook_name(job) for job in jobs], progress)
+        paths = published(out_dir, staging, [workbook_name(job) for job in jobs])
     report_problems(notes, problems)
     return paths
+
+
+def report(inputs: Inputs, out_dir: Path, executor=None, force: bool = False, rank: int | None = None,
+           extra: tuple[str, ...] = (), peaks=None, as_ranks: bool = False,
+           progress: ReadProgress | None = None) -> tuple[Analyses, list[Path], list[str]]:
+    """`tracekit report`: the plan (`pipeline.run_plan`) on EXECUTOR, each task running its ranks' analyses and
+    writing their workbooks (`report_job`); the cross-rank analyses (`scope: across ranks`, over the per-rank
+    results) and ranks.xlsx here. Returns the analyses, the workbooks written and the problems."""
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir, force, inputs=inputs.given)
+    with staged_workbooks(out_dir) as staging:
+        done = run_plan(inputs, report_job, (per_rank_report_queries(extra), staging, peaks), executor, rank,
+                        as_ranks, progress)
+        parts: list[ReportPart] = done.results
+        results = analyses.combine_ranks([p.results for p in parts])
+        failures = {name: why for p in parts for name, why in p.failures.items()}
+        across = [q for q in dict.fromkeys(report_queries(len(done.ranks)) + list(extra)) if across_ranks(q)]
+        if across:
+            small = TraceTables(ranks=pa.concat_tables([p.ranks for p in parts]).sort_by("rank"),
+                                diagnostics=done.diagnostics)
+            cross = run_analyses(small, names=across, given=results)
+            failures |= cross.failures
+            results |= cross.results
+        report_done = Analyses(results, failures, tuple(done.ranks))
+        jobs = workbook_jobs(report_done.ranks, per_rank=False)
+        problems = [note for p in parts for note in p.problems]
+        problems += write_workbooks(report_done, jobs, [staging / workbook_name(job) for job in jobs])
+        paths = published(out_dir, staging, [workbook_name(job) for job in workbook_jobs(report_done.ranks)])
+    return report_done, paths, list(dict.fromkeys(problems))
+
+
+@dataclass(frozen=True)
+class ReportPart:
+    """What a task of a report sends back: its ranks' per-rank results, failures and problems, and its ranks."""
+
+    results: dict[str, pl.DataFrame]
+    failures: dict[str, str]
+    problems: list[str]
+    ranks: pa.Table
+
+
+def report_job(tables: TraceTables, names: list[str], staging: Path, peaks=None) -> ReportPart:
+    """A task's part of a report: the per-rank analyses NAMES over its ranks, and their workbooks written into
+    STAGING."""
+    done = run_analyses(tables.with_peaks(peaks), names=names)
+    jobs = workbook_jobs(done.ranks, per_rank=True)
+    problems = write_workbooks(done, jobs, [staging / workbook_name(job) for job in jobs])
+    return ReportPart(done.results, done.failures, problems, tables.ranks)
+
+
+@contextmanager
+def staged_workbooks(out_dir: Path) -> Iterator[Path]:
+    """A hidden folder in OUT (made if missing, and removed again on failure) where a report's workbooks are
+    written, by any process, before `published` moves them into place: a failure leaves the previous report (if
+    any) whole."""
+    with created_dir(out_dir), staging_dir(out_dir) as staging:
+        yield staging
+
+
+def published(out_dir: Path, staging: Path, names: list[str]) -> list[Path]:
+    """The workbooks NAMES moved from STAGING into OUT together, and the workbooks of an earlier report there that
+    this one does not write removed (the folder describes one run); their paths."""
+    paths = [out_dir / name for name in names]
+    with replacing_files(paths) as temporary:
+        for name, temp in zip(names, temporary):
+            os.replace(staging / name, temp)
+    for stale in set(existing_workbooks(out_dir)) - set(paths):
+        stale.unlink()
+    return paths
+
+
+def workbook_name(job: tuple[WorkbookSpec, int | None]) -> str:
+    spec, rank = job
+    return spec.file.format(rank=rank)
 
 
 def workbook_jobs(ranks: tuple[int, ...], per_rank: bool | None = None) -> list[tuple[WorkbookSpec, int | None]]:
@@ -304,11 +381,6 @@ def write_workbooks(done: Analyses, jobs: list[tuple[WorkbookSpec, int | None]],
         spec = workbook_spec(spec.name, device_word(data))
         notes += write_workbook(path, sheets_for(spec, data, done.failures, notes), style())
     return list(dict.fromkeys(notes))
-
-
-def remove_stale_workbooks(out_dir: Path, written: list[Path]) -> None:
-    for stale in set(existing_workbooks(out_dir)) - set(written):
-        stale.unlink()
 
 
 def report_problems(notes: list[str], problems: list[str] | None) -> None:

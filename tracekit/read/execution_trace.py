@@ -337,9 +337,9 @@ def execution_trace_rank(parsed: ParsedFile, kineto_ranks: list[int], pid_ranks:
                          ) -> tuple[int | None, str]:
     """Rank of an ET file: its file name (`et_rank3`), else the Kineto rank with the ET's pid, else the only Kineto
     rank loaded, else 0 when no Kineto trace was given; (None, why) when it cannot be told."""
-    match = RANK_FILE_PATTERN.search(storage.name(parsed.path))
-    if match:
-        return int(match.group(1)), "file_name"
+    named = named_rank(parsed.path)
+    if named is not None:
+        return named, "file_name"
     pid = _top_value(parsed, "pid")
     by_pid = pid_ranks.get(str(pid), []) if pid is not None else []
     if len(by_pid) == 1:
@@ -350,6 +350,12 @@ def execution_trace_rank(parsed: ParsedFile, kineto_ranks: list[int], pid_ranks:
         return 0, "default"
     return None, (f"file name has no rank, pid {pid} matches {len(by_pid)} of the {len(kineto_ranks)} Kineto ranks "
                   f"loaded; name it like et_rank3.json")
+
+
+def named_rank(path: storage.Location) -> int | None:
+    """The rank an Execution Trace's file name gives (`et_rank3.json`), which wins over every other rule; None."""
+    match = RANK_FILE_PATTERN.search(storage.name(path))
+    return int(match.group(1)) if match else None
 
 
 NODES_KEY = re.compile(rb'"nodes"[ \t\r\n]*:')
