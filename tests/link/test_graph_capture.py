@@ -9,6 +9,7 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,23 @@ def test_an_ingested_dataset_keeps_the_captured_owners(tmp_path):
         owned = db.query("gpu_ownership")
     with tracekit.from_tables(tables) as db:
         assert owned.equals(db.query("gpu_ownership"))
+
+
+def test_diff_takes_graph_captures_for_both_sides():
+    """Each side's replay takes the captured graph that fits it: the fork graph's relu (clamp_min) and the
+    transformer's cuDNN attention are ops of one side only once the captures own the replayed kernels; without
+    captures both replays are owned by torch's replay frame and no op is on one side only."""
+    def one_side_ops(*captures: Path) -> set[tuple[str, str]]:
+        args = ["diff", str(H200_REPLAY), str(GPU_DATA / "graph_fork_replay.json.gz"), "--format", "json",
+                "--top", "100"]
+        for capture in captures:
+            args += ["--graph-capture", str(capture)]
+        run = subprocess.run([sys.executable, "-m", "tracekit.cli", *args], capture_output=True, text=True, cwd=REPO,
+                             check=False)
+        assert run.returncode == 0, run.stderr
+        return {(c["found_in"], c["item"]) for c in json.loads(run.stdout)["one_side_only"] if c["section"] == "ops"}
+
+    assert one_side_ops() == set()
+    with_captures = one_side_ops(H200_CAPTURE, GPU_DATA / "graph_fork_capture.json.gz")
+    assert ("graph_fork_replay.json.gz", "aten::clamp_min") in with_captures
+    assert ("graph_replay.json.gz", "aten::_cudnn_attention_forward") in with_captures

@@ -218,8 +218,9 @@ def remember_graph_captures(ctx: click.Context, _param, value: tuple[str, ...]) 
 
 
 def trace_input_options(command):
-    """The options of every command that reads traces. load_traces / open_database / on_cluster read them from the
-    context (command_inputs), so a command's function does not pass them along."""
+    """The options of every command that reads traces. load_traces / open_database / planned read them from the
+    context (command_inputs), so a command's function does not pass them along. In a diff they apply to both sides:
+    each replay takes the captured graph that fits it (tracekit.link.graph_capture)."""
     as_ranks = click.option(
         "--as-ranks", is_flag=True, expose_value=False, callback=remember_as_ranks,
         help="Read the trace files as ranks of one run even where they disagree (world size, device, PyTorch "
@@ -231,9 +232,6 @@ def trace_input_options(command):
              "(docs/categories.md, Graph replays).")
     return as_ranks(graph_capture(command))
 
-
-# The name the command modules apply it by (kept while cli/traces.py and cli/compare.py are being restructured).
-as_ranks_option = trace_input_options
 
 
 def as_ranks_given() -> bool:

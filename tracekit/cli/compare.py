@@ -19,6 +19,7 @@ from tracekit.cli.app import (
     planned,
     stderr,
     stdout,
+    trace_input_options,
     user_errors,
     warn_about_failed_analyses,
     working,
@@ -71,6 +72,7 @@ class SidesCommand(click.Command):
 @click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
 @click.option("--wide", is_flag=True, help="Print item names whole in the table, however wide (default: shortened in "
                                            "the middle to fit the terminal, distinct names kept distinct).")
+@trace_input_options
 @executor_options
 @user_errors
 def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.app import (as_ranks_option, load_traces, main, peak_option, read_peak_option, stdout,
+from tracekit.cli.app import (trace_input_options, load_traces, main, peak_option, read_peak_option, stdout,
                               user_errors, working)
 from tracekit.output.files import refuse_input_dir
 
@@ -27,7 +27,7 @@ def export_group():
               help="Write every dependency as a data dependency (data_deps), for feeders that follow only those "
                    "(mlcommons' legacy ETFeeder); default: order and launch as ctrl_deps, tensors as data_deps.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
-@as_ranks_option
+@trace_input_options
 @peak_option
 @user_errors
 def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
@@ -67,7 +67,7 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
               help="The replay of the graph (`tracekit replay`, no what-if) instead of the measured times; processes "
                    "are labelled 'replayed'. For a what-if's timeline: `tracekit replay --scale ... -o FILE`.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
-@as_ranks_option
+@trace_input_options
 @user_errors
 def timeline_command(traces, out_path, step, critical_path, replayed, rank):
     """Write one timeline of every rank of TRACES: a process per rank and device, launch and sync flows, and the

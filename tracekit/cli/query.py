@@ -10,7 +10,7 @@ import click
 import polars as pl
 
 from tracekit import schema, storage
-from tracekit.cli.app import (as_ranks_option, main, open_database, peak_option, read_peak_option, stderr, stdout,
+from tracekit.cli.app import (trace_input_options, main, open_database, peak_option, read_peak_option, stderr, stdout,
                               user_errors, working)
 from tracekit.engine import catalog
 from tracekit.errors import InputError
@@ -72,7 +72,7 @@ def emit(frame: pl.DataFrame, fmt: str | None, out_path: Path | None, max_rows: 
                    "extensions or settings: refused with exit code 2). A dataset is read into memory first.")
 @peak_option
 @output_options
-@as_ranks_option
+@trace_input_options
 @user_errors
 def sql_command(query_and_inputs, query_file, rank, safe, peak_file, fmt, out_path, wide, max_rows):
     """Run a SQL query over traces: INPUT is trace files, directories of ranks, or an ingested dataset (opened in
@@ -142,7 +142,7 @@ def queries_command(wide):
 @click.option("--step", type=int, default=None, help="Run over training step N only (ProfilerStep#N of each rank).")
 @peak_option
 @output_options
-@as_ranks_option
+@trace_input_options
 @user_errors
 def run_command(name, traces, only_ranks, step, peak_file, fmt, out_path, wide, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""

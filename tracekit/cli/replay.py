@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tracekit import replay as replaying
-from tracekit.cli.app import as_ranks_option, load_traces, main, user_errors, working
+from tracekit.cli.app import trace_input_options, load_traces, main, user_errors, working
 from tracekit.cli.query import check_output, emit
 from tracekit.output.files import check_output_file
 
@@ -31,7 +31,7 @@ from tracekit.output.files import check_output_file
                    "'after' picture of the what-if.")
 @click.option("-n", "--max-rows", type=int, default=40, show_default=True, help="Rows to print as a table.")
 @click.option("--wide", is_flag=True, help="Print text whole in the table, however wide.")
-@as_ranks_option
+@trace_input_options
 @user_errors
 def replay_command(traces, scales, removes, step, fmt, out_path, max_rows, wide):
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with

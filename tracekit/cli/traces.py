@@ -12,7 +12,7 @@ import click
 from tracekit import storage
 from tracekit.cli.app import (
     as_ranks_given,
-    as_ranks_option,
+    trace_input_options,
     check_executor_options,
     executor,
     executor_options,
@@ -38,7 +38,7 @@ from tracekit.output.files import check_output_file, local_output, refuse_input_
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace an existing tracekit dataset in OUT.")
 @executor_options
-@as_ranks_option
+@trace_input_options
 @user_errors
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
@@ -61,7 +61,7 @@ def ingest(traces, out_dir, rank, force):
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
 @click.option("--wide", is_flag=True, help="Print op and kernel names whole in the summary, however wide.")
 @peak_option
-@as_ranks_option
+@trace_input_options
 @executor_options
 @user_errors
 def report(traces, out_dir, rank, force, wide, peak_file):
@@ -154,7 +154,7 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, que
 @click.option("-o", "--out", "outs", multiple=True, required=True, type=click.Path(path_type=Path),
               help="File to write: *.graphml (GraphML) or *.dot / *.gv (Graphviz DOT). Repeat for both.")
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
-@as_ranks_option
+@trace_input_options
 @user_errors
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
