@@ -128,7 +128,7 @@ def test_h200_ownership_and_op_summary_with_the_capture():
         sum(e["dur"] for e in replayed.values() if "layer_norm" in e["name"]) / 1e3, rel=1e-9)
 
 
-def test_the_cli_takes_graph_captures_and_refuses_a_missing_one():
+def test_the_cli_takes_graph_captures_and_refuses_a_missing_one(tmp_path):
     run = [sys.executable, "-m", "tracekit.cli", "run", "gpu_ownership", str(H200_REPLAY)]
     ok = subprocess.run(run + ["--graph-capture", str(H200_CAPTURE), "--format", "csv"], capture_output=True,
                         text=True, cwd=REPO, check=False)
@@ -137,10 +137,13 @@ def test_the_cli_takes_graph_captures_and_refuses_a_missing_one():
     missing = subprocess.run(run + ["--graph-capture", "no/such.json"], capture_output=True, text=True, cwd=REPO,
                              check=False)
     assert missing.returncode == 2 and missing.stderr.strip() == "tracekit: error: no/such.json: no such file or directory"
-    cluster = subprocess.run(run[:3] + ["report", str(H200_REPLAY), "--graph-capture", str(H200_CAPTURE),
-                                        "--scheduler", "local:1", "-o", "unused"],
-                             capture_output=True, text=True, cwd=REPO, check=False)
-    assert cluster.returncode == 2 and "--graph-capture: not supported with --scheduler" in cluster.stderr
+    # every executor takes them: a process pool writes the same workbook as this process
+    for name, extra in (("here", []), ("pool", ["--jobs", "2"])):
+        report = subprocess.run(run[:3] + ["report", str(H200_REPLAY), "--graph-capture", str(H200_CAPTURE),
+                                           "-o", str(tmp_path / name), *extra],
+                                capture_output=True, text=True, cwd=REPO, check=False)
+        assert report.returncode == 0, report.stderr
+    assert (tmp_path / "here" / "rank0.xlsx").read_bytes() == (tmp_path / "pool" / "rank0.xlsx").read_bytes()
 
 
 def test_an_ingested_dataset_keeps_the_captured_owners(tmp_path):
