@@ -3,9 +3,10 @@ section by section, match them (queries/diff/compare.sql) and judge each match (
 
 from __future__ import annotations
 
-import polars as pl
-
 from collections.abc import Sequence
+
+import duckdb
+import polars as pl
 
 from tracekit.diff import verdicts
 from tracekit.diff.blocks import capture_tests
@@ -45,9 +46,11 @@ def summarize(tables: TraceTables, label: str, sections: dict[str, Section] = SE
 def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS) -> SidePart:
     """What `summarize` computes, for the ranks of TABLES (a whole run, or the ranks of one of its files)."""
     failures: dict[str, str] = {}
-    results = analyses.run_all(tables, list(totals_analyses(sections)), failures)
-    with_rows = [name for name in per_step_analyses(sections) if name in results and results[name].height]
-    per_step = per_step_results(tables, with_rows, failures, sections)
+    with catalog.connect(tables, materialize=True) as con:
+        results = analyses.run_all(tables, list(totals_analyses(sections)), failures, con=con)
+        with_rows = [name for name in per_step_analyses(sections) if name in results and results[name].height]
+        # the steps are found on this connection, over the shared tables the analyses above computed
+        per_step = per_step_results(tables, with_rows, failures, sections, con)
     if per_step is None:
         return SidePart(results, failures=failures, run_info=run_info(tables))
     return SidePart(results, *per_step, failures=failures, run_info=run_info(tables))
@@ -67,27 +70,27 @@ def combined_side(label: str, parts: list[SidePart]) -> Side:
 
 
 def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, str],
-                     sections: dict[str, Section] = SECTIONS
+                     sections: dict[str, Section] = SECTIONS, con: duckdb.DuckDBPyConnection | None = None
                      ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
     """The analyses `names` per step, each with a `step` column, and the (rank, step)s covered; None when no rank
     holds a step. (summarize asks only for those with rows over the whole trace: no collectives, no per-step
-    collectives.)
+    collectives.) `con`: a connection over TABLES (catalog.connect) to find the steps on.
 
     Each (rank, step) is scoped on a pseudo-rank of its own (tracekit/query/step_scope.py): every analysis keys on
-    rank, so one run over views of the scoped rows computes it for every step at once (no copy of the tables). A
-    section whose per-step source is not its source gets its source per step as that result summed by its keys
-    (op_summary from op_by_shape: rollups of the same op calls; op_categories runs per step itself, over the
-    per-step op_by_shape, since its call count is not a sum of op_by_shape's).
+    rank, so one run over the scoped rows computes it for every step at once. A section whose per-step source is
+    not its source gets its source per step as that result summed by its keys (op_summary from op_by_shape: rollups
+    of the same op calls; op_categories runs per step itself, over the per-step op_by_shape, since its call count
+    is not a sum of op_by_shape's).
     """
-    with catalog.connect(tables) as con:
-        scopes = step_scope.define_scopes(con)  # every step on a rank of its own
-        if scopes is None or scopes.height == 0:
-            return None
-        step_scope.replace_with_scoped_views(con, tables)
-        done: dict[str, pl.DataFrame] = {}
-        for name in names:
-            analyses.run_into(con, name, done, failures)
-        per_step = {name: step_scope.unscoped(done[name], scopes) for name in names if name in done}
+    if con is None:
+        with catalog.connect(tables) as fresh:
+            return per_step_results(tables, names, failures, sections, fresh)
+    scoped = step_scope.every_step_tables(con, tables)
+    if scoped is None:
+        return None
+    step_tables, scopes = scoped
+    done = analyses.run_all(step_tables, names, failures) if names else {}
+    per_step = {name: step_scope.unscoped(done[name], scopes) for name in names if name in done}
     for section in sections.values():
         finer = per_step.get(section.per_step_source)
         if finer is None or section.source in per_step:

@@ -68,7 +68,25 @@ def scoped_tables(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | 
     require_step(con, step, ranks)
     define_scopes(con, ranks=ranks, step=int(step))
     try:
-        return {name: con.sql(scoped_rows_sql(name)).to_arrow_table() for name in TraceTables.names()}
+        return scoped_rows(con)
+    finally:
+        drop_scopes(con)
+
+
+def every_step_tables(con: duckdb.DuckDBPyConnection, tables: TraceTables
+                      ) -> tuple[TraceTables, pl.DataFrame] | None:
+    """TABLES (registered on `con`) with every step of every rank on a pseudo-rank of its own: what an analysis
+    computes over them it computes for every step at once, in one run (analyses key on rank). With the scopes
+    (scope_rank, rank, step) that `unscoped` maps back; None when no rank holds a step (or pseudo-ranks would
+    overflow a 32-bit rank).
+
+    The rows are copied out once, so the analyses' shared tables are computed over them once
+    (`catalog.connect(materialize=True)`): views of the scoped rows would scope every table again in each query."""
+    scopes = define_scopes(con)
+    if scopes is None:
+        return None
+    try:
+        return (tables.with_tables(**scoped_rows(con)), scopes) if scopes.height else None
     finally:
         drop_scopes(con)
 
@@ -90,13 +108,9 @@ def scoped_rows_sql(name: str, source: str | None = None) -> str:
     return text.replace("scoped_source", source or name)
 
 
-def replace_with_scoped_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> None:
-    """Replace the tables registered on `con` by views of their scoped rows (nothing copied): what an analysis then
-    computes on `con` it computes per scope."""
-    for name, table in tables.items():
-        con.unregister(name)
-        con.register(f"whole_{name}", table)
-        con.execute(f"create temp view {name} as {scoped_rows_sql(name, f'whole_{name}')}")
+def scoped_rows(con: duckdb.DuckDBPyConnection) -> dict[str, pa.Table]:
+    """The rows of every trace table registered on `con` that belong to the scopes of define_scopes."""
+    return {name: con.sql(scoped_rows_sql(name)).to_arrow_table() for name in TraceTables.names()}
 
 
 def unscoped(frame: pl.DataFrame, scopes: pl.DataFrame) -> pl.DataFrame:
