@@ -73,20 +73,24 @@ def scoped_tables(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | 
         drop_scopes(con)
 
 
-def every_step_tables(con: duckdb.DuckDBPyConnection, tables: TraceTables
-                      ) -> tuple[TraceTables, pl.DataFrame] | None:
-    """TABLES (registered on `con`) with every step of every rank on a pseudo-rank of its own: what an analysis
-    computes over them it computes for every step at once, in one run (analyses key on rank). With the scopes
-    (scope_rank, rank, step) that `unscoped` maps back; None when no rank holds a step (or pseudo-ranks would
-    overflow a 32-bit rank).
+def with_every_step(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> tuple[TraceTables, pl.DataFrame] | None:
+    """TABLES (registered on `con`) and, beside their rows, every step of every rank on a pseudo-rank of its own
+    (above every rank of TABLES): what an analysis computes over them it computes over the whole trace and for every
+    step in one run (analyses key on rank, and a per-rank analysis's rows for a rank depend on that rank's rows
+    only). With the scopes (scope_rank, rank, step) that `unscoped` maps back; None when no rank holds a step (or
+    pseudo-ranks would overflow a 32-bit rank).
 
-    The rows are copied out once, so the analyses' shared tables are computed over them once
-    (`catalog.connect(materialize=True)`): views of the scoped rows would scope every table again in each query."""
+    The steps' rows are copied out of `con` once, so the analyses' shared tables cover them and the whole trace in
+    one pass (`catalog.connect(materialize=True)`), and each analysis is planned once for both."""
     scopes = define_scopes(con)
     if scopes is None:
         return None
     try:
-        return (tables.with_tables(**scoped_rows(con)), scopes) if scopes.height else None
+        if not scopes.height:
+            return None
+        steps = scoped_rows(con)
+        return tables.with_tables(**{name: pa.concat_tables([table, steps[name].cast(table.schema)])
+                                     for name, table in tables.items()}), scopes
     finally:
         drop_scopes(con)
 
