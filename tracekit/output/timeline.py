@@ -70,6 +70,9 @@ def metadata_event(kind: str, pid: int, value, tid: int | None = None) -> str:
     return json.dumps(event, ensure_ascii=False)
 
 
+WRITE_ROWS = 50_000  # events formatted at a time
+
+
 def text(*parts: str | pl.Expr) -> pl.Expr:
     """PARTS joined as text: literal strings and expressions."""
     return pl.concat_str([pl.lit(p) if isinstance(p, str) else p for p in parts])
@@ -153,8 +156,9 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
         return events
 
     def write(temp: Path) -> None:
-        # The slices and flows (hundreds of thousands) are formatted and written by Polars, part by part, each
-        # event after the separator that precedes it (the first event is a process's name).
+        # The slices and flows (hundreds of thousands) are formatted and written by Polars, WRITE_ROWS at a time
+        # (not a Python loop; a bounded copy of their text), each event after the separator that precedes it (the
+        # first event is a process's name).
         first, *named = metadata()
         after = pl.lit(",\n")
         slice_event = [after, '{"pid":', pl.col("pid"), ',"tid":', pl.col("tid"), ",", pl.col("body"), "}"]
@@ -164,17 +168,18 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
                     '","pid":', pl.col(f"{side}_pid"), ',"tid":', pl.col(f"{side}_tid"), ',"ts":',
                     pl.col(f"{side}_ts"), "}"]
 
-        parts = [pl.DataFrame({"event": [",\n" + event for event in named]}, schema={"event": pl.String}),
-                 slices.select(event=text(*slice_event)),
-                 *([] if path_slices is None else [path_slices.select(event=text(*slice_event))]),
+        parts = [(pl.DataFrame({"event": named}, schema={"event": pl.String}), [after, pl.col("event")]),
+                 (slices, slice_event), *([] if path_slices is None else [(path_slices, slice_event)]),
                  # a flow's two ends one after the other
-                 flows.with_row_index("id", offset=1).select(
-                     event=text(after, *flow_end("s", "src"), after, *flow_end('f","bp":"e', "dst")))]
+                 (flows.with_row_index("id", offset=1), [after, *flow_end("s", "src"), after,
+                                                         *flow_end('f","bp":"e', "dst")])]
         opener = gzip.open if str(path).endswith(".gz") else open
         with opener(temp, "wb") as out:
             out.write(f'{{"traceEvents":[\n{first}'.encode())
-            for part in parts:
-                part.write_csv(out, include_header=False, quote_style="never", line_terminator="")
+            for frame, event in parts:
+                for chunk in frame.iter_slices(WRITE_ROWS):
+                    chunk.select(event=text(*event)).write_csv(out, include_header=False, quote_style="never",
+                                                               line_terminator="")
             out.write(f'\n],"displayTimeUnit":"ns","baseTimeNanoseconds":{base}}}\n'.encode())
 
     write_output_file(path, write, inputs)
