@@ -9,8 +9,9 @@ COMMAND (any of; `all` = every one but same-bytes):
               ../shared/peers/README.md), and against a second checkout with `--baseline`
   stages      one `report` in process, timed by stage (imports, read, link, analyses, write) and by analysis, with
               the peak RSS after each stage and how much each analysis raised it
-  timeline    `tracekit timeline` against `tracekit ingest`
-  diff        `tracekit diff` of the shared workers0/workers4 pair against loading each run
+  timeline    `tracekit timeline` against `tracekit ingest` (and the baseline's timeline with `--baseline`)
+  diff        `tracekit diff` of two shared pairs (V100 workers0/workers4, H100/MI300X Qwen) against loading each run
+              (and the baseline's diff with `--baseline`)
   sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
               `tracekit run kernel_summary`, against a load
   same-bytes  every output of this checkout and of `--baseline` (e.g. a worktree of the base commit), byte by
@@ -44,8 +45,9 @@ from measure import REPO, SHARED, alternate, median, run_fresh, table, tracekit_
 
 TRACES = ["nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "et_pairs/rtx2080ti_linear/kineto.json.gz",
           "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/h100_qwen1.5-0.5b.json.gz"]
-DIFF_PAIR = ("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
-             "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz")
+DIFF_PAIRS = [("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
+               "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz"),
+              ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz")]
 SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz",
                               "multirank/dlrm_8ranks_v100", "nvidia/h100_bert-small.json.gz",
                               "et_pairs/cpu_torch2.13_single", "et_pairs/a100_simple_add"]
@@ -169,31 +171,55 @@ class Bench:
                                                   if n in analyses[a] else "" for n in names)] for a in top]))
 
     def timeline(self) -> None:
-        self.heading("timeline: `tracekit timeline TRACE -o FILE` against `tracekit ingest`")
+        self.heading("timeline: `tracekit timeline TRACE -o FILE` against `tracekit ingest`"
+                     + (" (and against the baseline's timeline)" if self.args.baseline else ""))
         rows = []
         for trace in self.traces:
-            s = alternate({"timeline": self.tk("timeline", str(trace), "-o", self.out("timeline.json")),
-                           "ingest": self.tk("ingest", str(trace), "-o", self.out("ds"), "--force")},
-                          self.args.repeat)
+            commands = {"timeline": self.tk("timeline", str(trace), "-o", self.out("timeline.json")),
+                        "ingest": self.tk("ingest", str(trace), "-o", self.out("ds"), "--force")}
+            if self.args.baseline:
+                commands["baseline"] = (tracekit_cmd("timeline", str(trace), "-o", self.out("base.json")),
+                                        self.args.baseline)
+            s = alternate(commands, self.args.repeat)
             t, i = s["timeline"], s["ingest"]
-            rows.append([trace.name, t.wall, i.wall, f"{t.wall / i.wall:.2f}×", t.cpu, i.cpu, f"{t.cpu / i.cpu:.2f}×",
-                         f"{t.peak_mb:.0f}", f"{i.peak_mb:.0f}"])
+            row = [trace.name, t.wall, i.wall, f"{t.wall / i.wall:.2f}×", t.cpu, i.cpu, f"{t.cpu / i.cpu:.2f}×",
+                   f"{t.peak_mb:.0f}", f"{i.peak_mb:.0f}"]
+            if self.args.baseline:
+                b = s["baseline"]
+                row += [b.wall, b.cpu, f"{b.cpu / i.cpu:.2f}×", f"{b.peak_mb:.0f}"]
+            rows.append(row)
             print(".", end="", flush=True)
-        print("\n" + table(["trace", "timeline s", "ingest s", "wall ratio", "timeline CPU s", "ingest CPU s",
-                            "CPU ratio", "timeline peak MB", "ingest peak MB"], rows))
+        header = ["trace", "timeline s", "ingest s", "wall ratio", "timeline CPU s", "ingest CPU s", "CPU ratio",
+                  "timeline peak MB", "ingest peak MB"]
+        if self.args.baseline:
+            header += ["baseline s", "baseline CPU s", "baseline CPU ratio", "baseline peak MB"]
+        print("\n" + table(header, rows))
 
     def diff(self) -> None:
-        a, b = (SHARED / p for p in DIFF_PAIR)
-        self.heading(f"diff: `tracekit diff A B` ({a.parent.name}) against loading A and B (`tracekit.load`, "
-                     "whole processes)")
-        s = alternate({"diff": self.tk("diff", str(a), str(b), "-o", self.out("diff.xlsx"), "--force"),
-                       "load A": ([sys.executable, "-c", LOAD, str(a)], REPO),
-                       "load B": ([sys.executable, "-c", LOAD, str(b)], REPO)}, self.args.repeat)
-        d, la, lb = s["diff"], s["load A"], s["load B"]
-        print(table(["pair", "diff s", "load A + load B s", "diff − loads s", "diff CPU s", "loads CPU s",
-                     "diff peak MB", "load peak MB (larger)"],
-                    [[a.parent.name, d.wall, la.wall + lb.wall, d.wall - la.wall - lb.wall, d.cpu, la.cpu + lb.cpu,
-                      f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}"]]))
+        self.heading("diff: `tracekit diff A B -o FILE` against loading A and B (`tracekit.load`, whole processes)"
+                     + (", and the baseline's diff" if self.args.baseline else ""))
+        rows = []
+        for pair in DIFF_PAIRS:
+            a, b = (SHARED / p for p in pair)
+            commands = {"diff": self.tk("diff", str(a), str(b), "-o", self.out("diff.xlsx"), "--force"),
+                        "load A": ([sys.executable, "-c", LOAD, str(a)], REPO),
+                        "load B": ([sys.executable, "-c", LOAD, str(b)], REPO)}
+            if self.args.baseline:
+                commands["baseline"] = (tracekit_cmd("diff", str(a), str(b), "-o", self.out("base.xlsx"), "--force"),
+                                        self.args.baseline)
+            s = alternate(commands, self.args.repeat)
+            d, la, lb = s["diff"], s["load A"], s["load B"]
+            row = [f"{a.name} vs {b.name}", d.wall, la.wall + lb.wall, d.wall - la.wall - lb.wall, d.cpu,
+                   la.cpu + lb.cpu, d.cpu - la.cpu - lb.cpu, f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}"]
+            if self.args.baseline:
+                row += [s["baseline"].wall, s["baseline"].cpu, f"{s['baseline'].peak_mb:.0f}"]
+            rows.append(row)
+            print(".", end="", flush=True)
+        header = ["pair", "diff s", "load A + load B s", "diff − loads s", "diff CPU s", "loads CPU s",
+                  "diff − loads CPU s", "diff peak MB", "load peak MB (larger)"]
+        if self.args.baseline:
+            header += ["baseline s", "baseline CPU s", "baseline peak MB"]
+        print("\n" + table(header, rows))
 
     def sql(self) -> None:
         self.heading("sql and run: a query over a trace, and over its ingested dataset, against loading the trace")

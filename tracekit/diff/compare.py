@@ -3,9 +3,9 @@ section by section, match them (queries/diff/compare.sql) and judge each match (
 
 from __future__ import annotations
 
-import polars as pl
-
 from collections.abc import Sequence
+
+import polars as pl
 
 from tracekit.diff import verdicts
 from tracekit.diff.blocks import capture_tests
@@ -61,14 +61,53 @@ def summarize_inputs(inputs: Inputs, label: str, executor=None, as_ranks: bool =
 
 
 def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS) -> SidePart:
-    """What `summarize` computes, for the ranks of TABLES (a whole run, or the ranks of one of its files)."""
+    """What `summarize` computes, for the ranks of TABLES (a whole run, or the ranks of one of its files).
+
+    The analyses the verdicts also need per step run once, over the whole trace and every step together
+    (`step_scope.with_every_step`); the others over the whole trace alone."""
     failures: dict[str, str] = {}
-    results = analyses.run_all(tables, list(totals_analyses(sections)), failures)
-    with_rows = [name for name in per_step_analyses(sections) if name in results and results[name].height]
-    per_step = per_step_results(tables, with_rows, failures, sections)
-    if per_step is None:
+    names = totals_analyses(sections)
+    with catalog.connect(tables, materialize=True) as con:
+        with_steps = step_scope.with_every_step(con, tables)
+        stepwise = [] if with_steps is None else [n for n in per_step_analyses(sections) if n in names]
+        results = analyses.run_all(tables, [n for n in names if n not in stepwise], failures, con=con)
+    if with_steps is None:
         return SidePart(results, failures=failures, run_info=run_info(tables))
-    return SidePart(results, *per_step, failures=failures, run_info=run_info(tables))
+    whole, per_step = whole_and_per_step(*with_steps, stepwise, failures)
+    results = {n: results.get(n, whole.get(n)) for n in names if n in results or n in whole}
+    # per step only what has rows over the whole trace (no collectives: no per-step collectives)
+    per_step = rolled_up({n: f for n, f in per_step.items() if results[n].height}, sections)
+    return SidePart(results, per_step, step_rows(with_steps[1]), failures, run_info(tables))
+
+
+def whole_and_per_step(tables: TraceTables, scopes: pl.DataFrame, names: list[str], failures: dict[str, str]
+                       ) -> tuple[dict[str, pl.DataFrame], dict[str, pl.DataFrame]]:
+    """The analyses `names` over TABLES and their steps (`step_scope.with_every_step`), in one run: the whole
+    trace's results, and the steps' each with a `step` column."""
+    done = analyses.run_all(tables, names, failures) if names else {}
+    in_step = pl.col("rank").is_in(scopes["scope_rank"].implode())
+    return ({n: f.filter(~in_step) for n, f in done.items()},
+            {n: step_scope.unscoped(f.filter(in_step), scopes) for n, f in done.items()})
+
+
+def rolled_up(per_step: dict[str, pl.DataFrame], sections: dict[str, Section]) -> dict[str, pl.DataFrame]:
+    """PER_STEP with, for a section whose per-step source is not its source, its source per step as that result
+    summed by its keys (op_summary from op_by_shape: rollups of the same op calls; op_categories runs per step
+    itself, over the per-step op_by_shape, since its call count is not a sum of op_by_shape's)."""
+    per_step = dict(per_step)
+    for section in sections.values():
+        finer = per_step.get(section.per_step_source)
+        if finer is None or section.source in per_step:
+            continue
+        sums = [pl.col(m.name).sum() for m in section.metrics if m.aggregation == "sum"]
+        # maintain_order: polars' default (partitioned) group_by adds float partial sums in a thread-timing order
+        per_step[section.source] = (finer.group_by("rank", "step", *section.keys, maintain_order=True)
+                                    .agg(*(pl.col(a).first() for a in section.attributes), *sums))
+    return per_step
+
+
+def step_rows(scopes: pl.DataFrame) -> pl.DataFrame:
+    return scopes.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
 
 
 def combined_side(label: str, parts: list[SidePart]) -> Side:
@@ -85,36 +124,19 @@ def combined_side(label: str, parts: list[SidePart]) -> Side:
 
 
 def per_step_results(tables: TraceTables, names: list[str], failures: dict[str, str],
-                     sections: dict[str, Section] = SECTIONS
-                     ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
-    """The analyses `names` per step, each with a `step` column, and the (rank, step)s covered; None when no rank
-    holds a step. (summarize asks only for those with rows over the whole trace: no collectives, no per-step
-    collectives.)
+                     sections: dict[str, Section] = SECTIONS) -> tuple[dict[str, pl.DataFrame], pl.DataFrame] | None:
+    """The analyses `names` per step, each with a `step` column (and the sections' sources they roll up to:
+    `rolled_up`), and the (rank, step)s covered; None when no rank holds a step.
 
     Each (rank, step) is scoped on a pseudo-rank of its own (tracekit/query/step_scope.py): every analysis keys on
-    rank, so one run over views of the scoped rows computes it for every step at once (no copy of the tables). A
-    section whose per-step source is not its source gets its source per step as that result summed by its keys
-    (op_summary from op_by_shape: rollups of the same op calls; op_categories runs per step itself, over the
-    per-step op_by_shape, since its call count is not a sum of op_by_shape's).
+    rank, so one run computes it for every step at once.
     """
     with catalog.connect(tables) as con:
-        scopes = step_scope.define_scopes(con)  # every step on a rank of its own
-        if scopes is None or scopes.height == 0:
-            return None
-        step_scope.replace_with_scoped_views(con, tables)
-        done: dict[str, pl.DataFrame] = {}
-        for name in names:
-            analyses.run_into(con, name, done, failures)
-        per_step = {name: step_scope.unscoped(done[name], scopes) for name in names if name in done}
-    for section in sections.values():
-        finer = per_step.get(section.per_step_source)
-        if finer is None or section.source in per_step:
-            continue
-        sums = [pl.col(m.name).sum() for m in section.metrics if m.aggregation == "sum"]
-        # maintain_order: polars' default (partitioned) group_by adds float partial sums in a thread-timing order
-        per_step[section.source] = (finer.group_by("rank", "step", *section.keys, maintain_order=True)
-                                    .agg(*(pl.col(a).first() for a in section.attributes), *sums))
-    return per_step, scopes.select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int64))
+        with_steps = step_scope.with_every_step(con, tables)
+    if with_steps is None:
+        return None
+    _, per_step = whole_and_per_step(*with_steps, names, failures)
+    return rolled_up(per_step, sections), step_rows(with_steps[1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -230,13 +252,7 @@ def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
     (verdicts.shift_tests) with one capture a side, per capture (blocks.capture_tests) with several; the floor is
     floor_percent of the larger per-step (per-capture) median, at least abs_floor; a change is called only beyond the
     metric's own floor (Settings.floor_percent_of: the host floor for host times with one capture a side)."""
-    # A step without a value (a collective of unknown size has no bandwidth) is no sample.
-    # Rebuilt from Python lists (as the test reads them anyway): where one side has no samples at all, polars 1.30
-    # holds a List(Null) column whose chunks hold floats, and any expression on it panics.
-    matched = matched.with_columns(
-        pl.Series(name, [[x for x in values or () if x is not None] for values in matched[name].to_list()],
-                  dtype=pl.List(pl.Float64))
-        for name in ("base_samples", "cand_samples"))
+    matched = matched.with_columns(samples(matched[name]) for name in ("base_samples", "cand_samples"))
     test = verdicts.shift_tests if settings.method == STEPS else capture_tests
     stats = test(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
     scale = pl.max_horizontal(pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs())
@@ -245,6 +261,20 @@ def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
     return (pl.concat([matched, stats], how="horizontal")
             .with_columns(verdict=verdicts.verdict(pl.col("direction"), floor, call_floor))
             .drop("base_samples", "cand_samples", "direction", "abs_floor", "floor_percent"))
+
+
+NO_SAMPLES = pl.Series([[]], dtype=pl.List(pl.Float64))
+
+
+def samples(column: pl.Series) -> pl.Series:
+    """A side's per-step values of each measure without the steps that have none (a collective of unknown size has
+    no bandwidth), [] where there are none."""
+    if column.dtype == pl.List(pl.Null):
+        # Where one side has no samples at all, polars 1.30 holds a List(Null) column whose chunks hold floats, and
+        # any expression on it panics: rebuilt from Python lists.
+        return pl.Series(column.name, [[x for x in values or () if x is not None] for values in column.to_list()],
+                         dtype=pl.List(pl.Float64))
+    return column.cast(pl.List(pl.Float64)).list.drop_nulls().fill_null(NO_SAMPLES)
 
 
 def mark_deciders(section: Section, compared: pl.DataFrame) -> pl.DataFrame:

@@ -70,6 +70,14 @@ def metadata_event(kind: str, pid: int, value, tid: int | None = None) -> str:
     return json.dumps(event, ensure_ascii=False)
 
 
+WRITE_ROWS = 50_000  # events formatted at a time
+
+
+def text(*parts: str | pl.Expr) -> pl.Expr:
+    """PARTS joined as text: literal strings and expressions."""
+    return pl.concat_str([pl.lit(p) if isinstance(p, str) else p for p in parts])
+
+
 def write_timeline(tables: TraceTables, path: str | Path, step: int | None = None, critical_path: bool = True,
                    label: str | None = None, inputs=()) -> TimelineSummary:
     """Write the timeline of every rank to `path` (gzip-compressed when it ends in .gz): the events of step N
@@ -134,34 +142,47 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
         flows = arrows.filter("forward").drop("forward")
         path_slices = pl.from_arrow(made["timeline_path"]) if with_path else None
 
-    def lines():
+    def metadata() -> list[str]:
+        events = []
         for pid, process, order in processes.select("pid", "process", "process_order").iter_rows():
-            yield metadata_event("process_name", pid, process + suffix)
-            yield metadata_event("process_sort_index", pid, order)
+            events.append(metadata_event("process_name", pid, process + suffix))
+            events.append(metadata_event("process_sort_index", pid, order))
         for pid, track, lane, tid in tracks.select("pid", "track", "lane", "tid").iter_rows():
-            yield metadata_event("thread_name", pid, track + suffix + (f" · {lane + 1}" if lane else ""), tid)
-            yield metadata_event("thread_sort_index", pid, tid, tid)
+            events.append(metadata_event("thread_name", pid, track + suffix + (f" · {lane + 1}" if lane else ""), tid))
+            events.append(metadata_event("thread_sort_index", pid, tid, tid))
         if critical_path:
             for pid, process, tid in (path_rows.select("pid", "tid").unique().join(processes, on="pid")
                                       .sort("pid", "tid").select("pid", "process", "tid").iter_rows()):
-                yield metadata_event("thread_name", pid, process + suffix + (f" · {tid}" if tid > 1 else ""), tid)
-        for pid, tid, body in slices.select("pid", "tid", "body").iter_rows():
-            yield f'{{"pid":{pid},"tid":{tid},{body}}}'
-        if path_slices is not None:
-            for pid, tid, body in path_slices.iter_rows():
-                yield f'{{"pid":{pid},"tid":{tid},{body}}}'
-        for flow_id, (cat, src_pid, src_tid, src_ts, dst_pid, dst_tid, dst_ts) in enumerate(flows.iter_rows(), 1):
-            common = f'"id":{flow_id},"cat":"{cat}","name":"{cat}"'
-            yield f'{{"ph":"s",{common},"pid":{src_pid},"tid":{src_tid},"ts":{src_ts}}}'
-            yield f'{{"ph":"f","bp":"e",{common},"pid":{dst_pid},"tid":{dst_tid},"ts":{dst_ts}}}'
+                events.append(metadata_event("thread_name", pid, process + suffix + (f" · {tid}" if tid > 1 else ""),
+                                             tid))
+        return events
 
     def write(temp: Path) -> None:
+        # The slices and flows (hundreds of thousands) are formatted and written by Polars, WRITE_ROWS at a time
+        # (not a Python loop; a bounded copy of their text), each event after the separator that precedes it (the
+        # first event is a process's name).
+        first, *named = metadata()
+        after = pl.lit(",\n")
+        slice_event = [after, '{"pid":', pl.col("pid"), ',"tid":', pl.col("tid"), ",", pl.col("body"), "}"]
+
+        def flow_end(ph: str, side: str) -> list:
+            return [f'{{"ph":"{ph}","id":', pl.col("id"), ',"cat":"', pl.col("cat"), '","name":"', pl.col("cat"),
+                    '","pid":', pl.col(f"{side}_pid"), ',"tid":', pl.col(f"{side}_tid"), ',"ts":',
+                    pl.col(f"{side}_ts"), "}"]
+
+        parts = [(pl.DataFrame({"event": named}, schema={"event": pl.String}), [after, pl.col("event")]),
+                 (slices, slice_event), *([] if path_slices is None else [(path_slices, slice_event)]),
+                 # a flow's two ends one after the other
+                 (flows.with_row_index("id", offset=1), [after, *flow_end("s", "src"), after,
+                                                         *flow_end('f","bp":"e', "dst")])]
         opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(temp, "wt", encoding="utf-8") as out:
-            out.write('{"traceEvents":[\n')
-            for i, line in enumerate(lines()):
-                out.write((",\n" if i else "") + line)
-            out.write(f'\n],"displayTimeUnit":"ns","baseTimeNanoseconds":{base}}}\n')
+        with opener(temp, "wb") as out:
+            out.write(f'{{"traceEvents":[\n{first}'.encode())
+            for frame, event in parts:
+                for chunk in frame.iter_slices(WRITE_ROWS):
+                    chunk.select(event=text(*event)).write_csv(out, include_header=False, quote_style="never",
+                                                               line_terminator="")
+            out.write(f'\n],"displayTimeUnit":"ns","baseTimeNanoseconds":{base}}}\n'.encode())
 
     write_output_file(path, write, inputs)
     return TimelineSummary(Path(path), slices.height, tracks.height, flows.height,

@@ -64,24 +64,27 @@ def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.Da
 
 
 def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,
-            progress=None, threads: int | None = None, given: dict[str, pl.DataFrame] | None = None
-            ) -> dict[str, pl.DataFrame]:
+            progress=None, threads: int | None = None, given: dict[str, pl.DataFrame] | None = None,
+            con: duckdb.DuckDBPyConnection | None = None) -> dict[str, pl.DataFrame]:
     """Several analyses over one connection (tables registered, shared macros computed once, each result shared
     with the analyses that read it).
 
     With `failures`, missing or failing queries are reported there instead of raised; `progress(name)` is called
     after each requested analysis; `threads` as in `connect`. `given` results (computed elsewhere, e.g. each rank's
-    on its own tables) are read by the analyses as they are, not run again.
+    on its own tables) are read by the analyses as they are, not run again. On `con` when given (one made by
+    `connect(tables, materialize=True)`, which the caller uses further), else on a connection of its own.
     """
+    if con is None:
+        with connect(tables, materialize=True, threads=threads) as fresh:
+            return run_all(tables, names, failures, progress, threads, given, fresh)
     results: dict[str, pl.DataFrame] = dict(given or {})
     wanted = names or available()
-    with connect(tables, materialize=True, threads=threads) as con:
-        for name, frame in results.items():
-            con.register(name, frame.to_arrow())
-        for name in wanted:
-            run_into(con, name, results, failures)
-            if progress:
-                progress(name)
+    for name, frame in results.items():
+        con.register(name, frame.to_arrow())
+    for name in wanted:
+        run_into(con, name, results, failures)
+        if progress:
+            progress(name)
     return {name: results[name] for name in wanted if name in results}
 
 

@@ -70,14 +70,30 @@ def scoped_tables(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | 
     require_step(con, step, ranks)
     define_scopes(con, ranks=ranks, step=int(step))
     try:
-        scoped = {}
-        for name in TraceTables.names():
-            con.table(name).create_view("scoped_source", replace=True)  # what the scope file reads
-            scoped[name] = catalog.run_stage(con, [scope_file(name)], bound=(SCOPES, MEMBERS))["scoped_rows"]
-        return scoped
+        return scoped_rows(con)
     finally:
-        con.execute("drop view if exists scoped_source")
-        con.unregister("scoped_rows")
+        drop_scopes(con)
+
+
+def with_every_step(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> tuple[TraceTables, pl.DataFrame] | None:
+    """TABLES (registered on `con`) and, beside their rows, every step of every rank on a pseudo-rank of its own
+    (above every rank of TABLES): what an analysis computes over them it computes over the whole trace and for every
+    step in one run (analyses key on rank, and a per-rank analysis's rows for a rank depend on that rank's rows
+    only). With the scopes (scope_rank, rank, step) that `unscoped` maps back; None when no rank holds a step (or
+    pseudo-ranks would overflow a 32-bit rank).
+
+    The steps' rows are copied out of `con` once, so the analyses' shared tables cover them and the whole trace in
+    one pass (`catalog.connect(materialize=True)`), and each analysis is planned once for both."""
+    scopes = define_scopes(con)
+    if scopes is None:
+        return None
+    try:
+        if not scopes.height:
+            return None
+        steps = scoped_rows(con)
+        return tables.with_tables(**{name: pa.concat_tables([table, steps[name].cast(table.schema)])
+                                     for name, table in tables.items()}), scopes
+    finally:
         drop_scopes(con)
 
 
@@ -97,15 +113,18 @@ def scope_file(name: str) -> str:
     return f"scope/{SCOPE_QUERY.get(name, 'of_rank')}"
 
 
-def replace_with_scoped_views(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> None:
-    """Replace the tables registered on `con` by views of their scoped rows (nothing copied): what an analysis then
-    computes on `con` it computes per scope. (A view binds its relations by name when it is read, so each table's
-    view names its own source in the scope file's text: the one place a stage file's text is not run as written.)"""
-    for name, table in tables.items():
-        con.unregister(name)
-        con.register(f"whole_{name}", table)
-        text = catalog.load_query(scope_file(name)).statement.replace("scoped_source", f"whole_{name}")
-        con.execute(f"create temp view {name} as {text}")
+def scoped_rows(con: duckdb.DuckDBPyConnection) -> dict[str, pa.Table]:
+    """The rows of every trace table registered on `con` that belong to the scopes of define_scopes (each table's
+    scope file run on it as `scoped_source`)."""
+    scoped = {}
+    try:
+        for name in TraceTables.names():
+            con.table(name).create_view("scoped_source", replace=True)  # what the scope file reads
+            scoped[name] = catalog.run_stage(con, [scope_file(name)], bound=(SCOPES, MEMBERS))["scoped_rows"]
+    finally:
+        con.execute("drop view if exists scoped_source")
+        con.unregister("scoped_rows")
+    return scoped
 
 
 def unscoped(frame: pl.DataFrame, scopes: pl.DataFrame) -> pl.DataFrame:
