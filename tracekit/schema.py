@@ -271,7 +271,9 @@ GRAPH_KERNELS = Table(
              "writes it); null where the call names none (CUDA's do not) or it is a memcpy or memset."),
         _col("match", STR, "", "How the replayed op was paired: name (the n-th GPU op of that kernel name in the "
              "launch ↔ the graph's n-th launch of it) or position (the capture names no kernels: the n-th GPU op of "
-             "the launch in start order ↔ the graph's n-th launch call, kinds agreeing)."),
+             "the launch in start order ↔ the graph's n-th launch call, kinds agreeing, where the launch ran on one "
+             "stream) or category (no kernel names and several streams: the n-th GPU op of a kernel_category ↔ the "
+             "graph's n-th launch under an op of that op_category)."),
         _col("graphs_fitting", I32, "", "How many captured graphs fit the launch equally well (1: no doubt; more: "
              "the earliest one was taken, and its shapes may be another's; a graph_capture_ambiguous note says so)."),
         _col("owner_kind", STR, "", "What enclosed the captured launch call: op (a cpu_op), annotation or "
