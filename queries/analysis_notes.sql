@@ -1,5 +1,5 @@
 -- question: What did the analyses (not the reading or linking) have to leave out or could not answer, per rank?
--- inputs: ranks, events, edges, device_peaks
+-- inputs: ranks, events, edges, graph_kernels, device_peaks
 -- includes: lib/peaks, lib/steps
 -- columns:
 --   rank: rank
