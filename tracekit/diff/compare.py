@@ -263,18 +263,15 @@ def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
             .drop("base_samples", "cand_samples", "direction", "abs_floor", "floor_percent"))
 
 
-NO_SAMPLES = pl.Series([[]], dtype=pl.List(pl.Float64))
-
-
 def samples(column: pl.Series) -> pl.Series:
     """A side's per-step values of each measure without the steps that have none (a collective of unknown size has
     no bandwidth), [] where there are none."""
-    if column.dtype == pl.List(pl.Null):
+    if column.dtype == pl.List(pl.Null) or column.null_count():
         # Where one side has no samples at all, polars 1.30 holds a List(Null) column whose chunks hold floats, and
-        # any expression on it panics: rebuilt from Python lists.
+        # any expression on it panics, as does its fill_null of a list column: rebuilt from Python lists.
         return pl.Series(column.name, [[x for x in values or () if x is not None] for values in column.to_list()],
                          dtype=pl.List(pl.Float64))
-    return column.cast(pl.List(pl.Float64)).list.drop_nulls().fill_null(NO_SAMPLES)
+    return column.cast(pl.List(pl.Float64)).list.drop_nulls()
 
 
 def mark_deciders(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
