@@ -49,24 +49,34 @@
 -- lane's time passes it), and the cursor at each state is the running minimum of the states' times.
 -- The Euler order needs each CPU event's last descendant, found one tree level per iteration.
 
-create or replace macro critical_path_segments(windows) as table
+-- In five macros: the events, the call trees, the states, the lanes (these four independent of the windows), the
+-- walk of each window. A connection that materializes the first four (catalog.SHARED_TABLE_MACROS) runs each as a
+-- statement of its own, whose sorts and joins are freed before the next one starts (in one statement they set a
+-- report's peak memory, bench/RESULTS.md); elsewhere they expand into one. Only integer keys and times go through
+-- the sorts and joins; names and kinds are joined to the segments at the end.
+-- _critical_path_events(): the events the walk goes through; lane: the event's thread or stream; cpu_kind_order: a
+-- CPU kind's place among events that start and end together (outer kinds first)
+create or replace macro _critical_path_events() as table
+    select rank, id, ts, ts + coalesce(dur, 0) as end_ns,
+           kind in ('kernel', 'memcpy', 'memset') as on_gpu,
+           if(kind in ('kernel', 'memcpy', 'memset'), hash('stream', device, stream), hash('thread', pid, tid))
+               as lane,
+           list_position(['user_annotation', 'python_function', 'cpu_op', 'runtime', 'driver', 'overhead'], kind)
+               as cpu_kind_order,
+           case when kind = 'memset' then 'memset'
+                when kind in ('kernel', 'memcpy') then
+                    case gpu_timeline_category(name, kind) when 'computation' then 'compute'
+                                                           else gpu_timeline_category(name, kind) end
+                else 'cpu' end as category
+    from events
+    where ts is not null
+      and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
+                   'kernel', 'memcpy', 'memset');
+
+-- _critical_path_calls(): the CPU events with their place in their thread's call tree (below)
+create or replace macro _critical_path_calls() as table
     with recursive
-    cp_windows as materialized (
-        select rank, window_id, start_ns, end_ns from query_table(windows)
-    ),
-    cp_events as materialized (
-        select rank, id, kind, name, pid, tid, device, stream, ts, ts + coalesce(dur, 0) as end_ns,
-               kind in ('kernel', 'memcpy', 'memset') as on_gpu,
-               case when kind = 'memset' then 'memset'
-                    when kind in ('kernel', 'memcpy') then
-                        case gpu_timeline_category(name, kind) when 'computation' then 'compute'
-                                                               else gpu_timeline_category(name, kind) end
-                    else 'cpu' end as category
-        from events
-        where ts is not null
-          and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
-                       'kernel', 'memcpy', 'memset')
-    ),
+    cp_events as (from _critical_path_events()),
     cp_parent as materialized (
         select n.rank, n.dst as id, n.src as parent
         from edges n
@@ -76,34 +86,43 @@ create or replace macro critical_path_segments(windows) as table
     -- CPU events with their pre-order index on their thread (the order nest edges are built in: start, longest
     -- first, outer kind first) and their siblings (children of one parent; top-level events of one thread)
     cp_cpu as materialized (
-        select *, lag(id) over sibling_order as prev_sibling,
-               lead(pre) over sibling_order as next_sibling_pre,
-               count(*) over (partition by rank, pid, tid) as thread_events
+        select *, lag(id) over sibling_order as prev_sibling, lag(end_ns) over sibling_order as prev_sibling_end,
+               lead(pre) over sibling_order as next_sibling_pre
         from (
-            select e.rank, e.id, e.pid, e.tid, hash('thread', e.pid, e.tid) as lane, e.ts, e.end_ns, p.parent,
+            select e.rank, e.id, e.lane, e.ts, e.end_ns, p.parent,
                    row_number() over (
-                       partition by e.rank, e.pid, e.tid
-                       order by e.ts, e.end_ns desc,
-                                list_position(['user_annotation', 'python_function', 'cpu_op', 'runtime', 'driver',
-                                               'overhead'], e.kind), e.id) as pre
+                       partition by e.rank, e.lane order by e.ts, e.end_ns desc, e.cpu_kind_order, e.id) as pre
             from cp_events e
             left join cp_parent p on p.rank = e.rank and p.id = e.id
             where not e.on_gpu
         )
-        window sibling_order as (
-            partition by rank, parent, case when parent is null then pid end, case when parent is null then tid end
-            order by pre)
+        window sibling_order as (partition by rank, parent, case when parent is null then lane end order by pre)
     ),
     -- pre-order index of each CPU event's last descendant (itself for a leaf), one tree level per iteration
     cp_last_descendant(rank, id, last_pre) as (
-        select rank, id, coalesce(next_sibling_pre - 1, thread_events) from cp_cpu where parent is null
+        select c.rank, c.id, coalesce(c.next_sibling_pre - 1, t.thread_events)
+        from cp_cpu c
+        join (select rank, lane, count(*) as thread_events from cp_cpu group by rank, lane) t
+            on t.rank = c.rank and t.lane = c.lane
+        where c.parent is null
         union all
         select c.rank, c.id, coalesce(c.next_sibling_pre - 1, d.last_pre)
         from cp_last_descendant d
         join cp_cpu c on c.rank = d.rank and c.parent = d.id
-    ),
+    )
+    select c.*, d.last_pre
+    from cp_cpu c
+    join cp_last_descendant d on d.rank = c.rank and d.id = c.id;
+
+-- _critical_path_states(): every state with its predecessor (below)
+create or replace macro _critical_path_states() as table
+    with
+    cp_events as (from _critical_path_events()),
+    cp_cpu as (from _critical_path_calls()),
     cp_last_child as (
-        select rank, parent as id, id as child from cp_cpu where next_sibling_pre is null and parent is not null
+        select rank, parent as id, id as child, end_ns as child_end
+        from cp_cpu
+        where next_sibling_pre is null and parent is not null
     ),
     -- The edges the walk follows (launch, stream, sync), with both ends' times. Each end is looked up by an
     -- equi-join of two relations behind a materialized fence: with all three in one join, a planner may pair the
@@ -122,15 +141,15 @@ create or replace macro critical_path_segments(windows) as table
     ),
     -- GPU ops a host call waited for (recorded or inferred sync edges): the latest to end while the call ran
     cp_host_waits as materialized (
-        select rank, dst as id, arg_max(src, struct_pack(src_end, src)) as gpu_id,
+        select rank, dst as id, arg_max(src, struct_pack(src_end, src)) as gpu_id, max(src_end) as gpu_end,
                arg_max(kind = 'sync_inferred', struct_pack(src_end, src)) as inferred
         from cp_links
         where kind in ('sync', 'sync_inferred') and src_on_gpu and not dst_on_gpu
           and src_end > dst_ts and src_end <= dst_end
         group by rank, dst
     ),
-    -- Every state with its predecessor (next_id, next_at_end), the predecessor's time (= the lower end of the
-    -- time the step covers), who owns that time, its lane (thread or stream) and its place there (sort keys):
+    -- Every state with its predecessor (next_id, next_at_end), who owns the time since the predecessor, its lane
+    -- (thread or stream) and its place there (sort keys):
     -- on a thread the Euler-tour order of the call tree, in which a state's predecessor is almost always the
     -- state just before it; on a stream, start and end of each op in stream order.
     -- waits between host threads (thread_wait_inferred): the other thread's point that released the waiting
@@ -147,39 +166,30 @@ create or replace macro critical_path_segments(windows) as table
                case when e.thread_waited then e.tw_src when e.waited then e.gpu_id when e.child is not null then e.child
                     else e.id end as next_id,
                case when e.thread_waited then e.tw_src_at_end else e.waited or e.child is not null end as next_at_end,
-               case when e.thread_waited then e.tw_src_t when e.waited then e.gpu_end
-                    when e.child is not null then e.child_end else e.ts end as lower_ns,
                e.id as segment_event,
                case when e.waited or e.thread_waited then 'sync_wait' else 'cpu' end as category,
                e.thread_waited or (e.waited and e.inferred) as inferred,
-               e.end_ns as tau, o.lane, d.last_pre as k1, 1 as k2, -o.pre as k3
+               e.end_ns as tau, e.lane, e.last_pre as k1, 1 as k2, -e.pre as k3
         from (
             select *,
                    tw_src is not null and tw_src_t >= greatest(ts, coalesce(child_end, ts),
                                                                if(waited, gpu_end, ts)) as thread_waited
             from (
-                select e.rank, e.id, e.ts, e.end_ns, c.child, ch.end_ns as child_end, w.gpu_id, w.inferred,
-                       g.end_ns as gpu_end,
-                       w.gpu_id is not null and (c.child is null or g.end_ns >= ch.end_ns) as waited,
+                select e.rank, e.id, e.ts, e.end_ns, e.lane, e.pre, e.last_pre, c.child, c.child_end, w.gpu_id,
+                       w.inferred, w.gpu_end,
+                       w.gpu_id is not null and (c.child is null or w.gpu_end >= c.child_end) as waited,
                        tw.src as tw_src, tw.src_at_end as tw_src_at_end, tw.src_t as tw_src_t
-                from cp_events e
+                from cp_cpu e
                 left join cp_last_child c on c.rank = e.rank and c.id = e.id
-                left join cp_events ch on ch.rank = c.rank and ch.id = c.child
                 left join cp_host_waits w on w.rank = e.rank and w.id = e.id
-                left join cp_events g on g.rank = w.rank and g.id = w.gpu_id
                 left join cp_thread_waits tw on tw.rank = e.rank and tw.id = e.id and tw.into_end
-                where not e.on_gpu
             )
         ) e
-        join cp_cpu o on o.rank = e.rank and o.id = e.id
-        join cp_last_descendant d on d.rank = e.rank and d.id = e.id
     ),
     cp_cpu_start as (
         select s.rank, s.id, false as at_end,
                if(s.thread_waited, s.tw_src, coalesce(s.prev_sibling, s.parent)) as next_id,
                if(s.thread_waited, s.tw_src_at_end, s.prev_sibling is not null) as next_at_end,
-               case when s.thread_waited then s.tw_src_t when s.prev_sibling is not null then s.sibling_end
-                    else s.parent_ts end as lower_ns,
                -- a hand-over's lag belongs to the waiting thread: the enclosing event, else the event resumed
                if(s.thread_waited, coalesce(s.parent, s.id), s.parent) as segment_event,
                case when s.thread_waited then 'sync_wait'
@@ -187,23 +197,20 @@ create or replace macro critical_path_segments(windows) as table
                s.thread_waited as inferred,
                s.ts as tau, s.lane, s.pre as k1, 0 as k2, 0 as k3
         from (
-            select s.*, b.end_ns as sibling_end, p.ts as parent_ts, tw.src as tw_src,
-                   tw.src_at_end as tw_src_at_end, tw.src_t as tw_src_t,
+            select s.*, tw.src as tw_src, tw.src_at_end as tw_src_at_end, tw.src_t as tw_src_t,
                    -- the other thread released it later than its own thread did
-                   coalesce(tw.src_t >= coalesce(b.end_ns, p.ts, tw.src_t), false) as thread_waited
+                   coalesce(tw.src_t >= coalesce(s.prev_sibling_end, p.ts, tw.src_t), false) as thread_waited
             from cp_cpu s
-            left join cp_events b on b.rank = s.rank and b.id = s.prev_sibling
             left join cp_events p on p.rank = s.rank and p.id = s.parent
             left join cp_thread_waits tw on tw.rank = s.rank and tw.id = s.id and not tw.into_end
         ) s
     ),
     cp_gpu as materialized (
-        select *, hash('stream', device, stream) as lane,
-               row_number() over (partition by rank, device, stream order by ts, id) as k
+        select *, row_number() over (partition by rank, lane order by ts, id) as k
         from cp_events where on_gpu
     ),
     cp_gpu_end as (
-        select rank, id, true as at_end, id as next_id, false as next_at_end, ts as lower_ns, id as segment_event,
+        select rank, id, true as at_end, id as next_id, false as next_at_end, id as segment_event,
                category, false as inferred, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
         from cp_gpu
     ),
@@ -212,14 +219,13 @@ create or replace macro critical_path_segments(windows) as table
         select rank, dst as id, src as pred, 1 as priority,
                case when src_end <= dst_ts then src_end else dst_ts end as ready,
                src_end <= dst_ts as pred_at_end,
-               case when src_end <= dst_ts then src_end else src_ts end as lower_ns,
                case when src_end <= dst_ts then dst else src end as segment_event,
                case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category,
                false as inferred
         from cp_links
         where kind = 'stream' and src_ts <= dst_ts
         union all
-        select rank, dst, src, 2, src_end, true, src_end, dst, 'sync_wait', kind = 'stream_wait_inferred'
+        select rank, dst, src, 2, src_end, true, dst, 'sync_wait', kind = 'stream_wait_inferred'
         from cp_links
         where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
@@ -229,7 +235,6 @@ create or replace macro critical_path_segments(windows) as table
         select l.rank, l.dst, l.src, 3,
                case when l.src_end <= l.dst_ts then l.src_end when w.id is not null then l.src_ts else l.dst_ts end,
                l.src_end <= l.dst_ts,
-               case when l.src_end <= l.dst_ts then l.src_end else l.src_ts end,
                case when l.src_end <= l.dst_ts then l.dst else l.src end,
                case when l.src_end <= l.dst_ts then 'launch' else 'cpu' end,
                false
@@ -238,7 +243,7 @@ create or replace macro critical_path_segments(windows) as table
         where l.kind = 'launch' and l.src_ts <= l.dst_ts
     ),
     cp_gpu_start as (
-        select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end, c.lower_ns,
+        select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end,
                c.segment_event, coalesce(c.category, 'idle') as category, coalesce(c.inferred, false) as inferred,
                g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3
         from cp_gpu g
@@ -248,33 +253,44 @@ create or replace macro critical_path_segments(windows) as table
         ) c on c.rank = g.rank and c.id = g.id
     ),
     -- states as integers: 2 * event id for the start, 2 * event id + 1 for the end
-    cp_states as materialized (
-        select rank, 2 * id + at_end::int as state, 2 * next_id + next_at_end::int as next_state, lower_ns,
-               segment_event, category, inferred, tau, lane, k1, k2, k3
+    select rank, 2 * id + at_end::int as state, 2 * next_id + next_at_end::int as next_state, segment_event,
+           category, inferred, tau, lane, k1, k2, k3
+    from (
+        select * from cp_cpu_end
+        union all select * from cp_cpu_start
+        union all select * from cp_gpu_end
+        union all select * from cp_gpu_start
+    );
+
+-- _critical_path_lanes(): the states in lanes, in time order (ties in Euler order). A run is a stretch of a lane the
+-- walk goes down state by state (each state's predecessor is the state just before it); it ends at a jump: a state
+-- whose predecessor is elsewhere (another lane: a launch, a sync; an overlap; sub-µs improper nesting) or nowhere,
+-- and leads to the state to_state (its lane, position and time: to_lane, to_pos, to_tau).
+create or replace macro _critical_path_lanes() as table
+    with lanes as materialized (
+        select * exclude (lane_pred), next_state is null or next_state is distinct from lane_pred as is_jump
         from (
-            select * from cp_cpu_end
-            union all select * from cp_cpu_start
-            union all select * from cp_gpu_end
-            union all select * from cp_gpu_start
-        )
-    ),
-    -- Lanes in time order (ties in Euler order). A run is a stretch of a lane the walk goes down state by state
-    -- (each state's predecessor is the state just before it); it ends at a jump: a state whose predecessor is
-    -- elsewhere (another lane: a launch, a sync; an overlap; sub-µs improper nesting) or nowhere.
-    cp_lanes as materialized (
-        select *, next_state is null or next_state is distinct from lane_pred as is_jump
-        from (
-            select *, row_number() over lane_order as pos, lag(state) over lane_order as lane_pred
-            from cp_states
+            select rank, lane, state, next_state, segment_event, category, inferred, tau,
+                   row_number() over lane_order as pos, lag(state) over lane_order as lane_pred
+            from _critical_path_states()
             window lane_order as (partition by rank, lane order by tau, k1, k2, k3)
         )
+    )
+    select l.*, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
+    from lanes l
+    left join (select rank, lane, pos, tau, state from lanes) t
+        on l.is_jump and t.rank = l.rank and t.state = l.next_state;
+
+create or replace macro critical_path_segments(windows) as table
+    with recursive
+    cp_windows as materialized (
+        select rank, window_id, start_ns, end_ns from query_table(windows)
     ),
-    -- the jumps, with where each leads (few: the recursion walks from jump to jump, not through every state)
+    cp_events as (select rank, id, ts, end_ns, on_gpu from _critical_path_events()),
+    cp_lanes as (from _critical_path_lanes()),
+    -- the jumps (few: the recursion walks from jump to jump, not through every state)
     cp_jumps as materialized (
-        select j.rank, j.lane, j.pos, j.tau, j.next_state, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
-        from cp_lanes j
-        left join cp_lanes t on t.rank = j.rank and t.state = j.next_state
-        where j.is_jump
+        select rank, lane, pos, tau, next_state, to_lane, to_pos, to_tau from cp_lanes where is_jump
     ),
     -- and the jump that ends the run each jump leads into: the last jump at or before where it lands
     cp_jump_chain as materialized (
@@ -320,13 +336,13 @@ create or replace macro critical_path_segments(windows) as table
         join cp_jump_chain j on j.rank = w.rank and j.lane = w.lane and j.pos = w.bottom_pos
         where w.cursor > w.window_start and j.next_state is not null and w.iteration < w.max_iterations
     ),
-    -- the first state of each lane at or after each window start: a run crossing the window start is cut there
+    -- the first state at or after the window start of each lane a window's walk goes down: a run crossing the
+    -- window start is cut there
     cp_cuts as (
-        select w.rank, w.window_id, l.lane, c.pos as cut_pos
-        from cp_windows w
-        join (select distinct rank, lane from cp_jumps) l on l.rank = w.rank
+        select w.rank, w.window_id, w.lane, c.pos as cut_pos
+        from (select distinct rank, window_id, window_start, lane from cp_walk where cursor > window_start) w
         asof left join (select rank, lane, tau, pos from cp_lanes) c
-            on c.rank = l.rank and c.lane = l.lane and w.start_ns <= c.tau
+            on c.rank = w.rank and c.lane = w.lane and w.window_start <= c.tau
     ),
     -- the runs expanded into their states, in walk order; the cursor at each state is the running minimum of
     -- the states' times (clamped at the window start), and each state's step covers [next cursor, its cursor)
@@ -337,18 +353,21 @@ create or replace macro critical_path_segments(windows) as table
         left join cp_cuts c on c.rank = w.rank and c.window_id = w.window_id and c.lane = w.lane
         where w.cursor > w.window_start
     ),
+    -- the cursor at each state and at the next one (where its step starts): one sort for both
     cp_cursors as (
-        select p.rank, p.window_id, p.window_start, p.iteration, p.pos, s.segment_event, s.category, s.inferred,
-               greatest(p.window_start, min(s.tau) over walk_order) as cursor
+        select p.rank, p.window_id, p.window_start, s.segment_event, s.category, s.inferred,
+               greatest(p.window_start, min(s.tau) over (walk_order rows between unbounded preceding and current row))
+                   as cursor,
+               if(lead(s.tau) over walk_order is null, null,
+                  greatest(p.window_start,
+                           min(s.tau) over (walk_order rows between unbounded preceding and 1 following)))
+                   as next_cursor
         from cp_path p
         join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
-        window walk_order as (partition by p.rank, p.window_id order by p.iteration, p.pos desc
-                              rows between unbounded preceding and current row)
+        window walk_order as (partition by p.rank, p.window_id order by p.iteration, p.pos desc)
     ),
     cp_segments as (
-        select rank, window_id, segment_event, category, inferred,
-               coalesce(lead(cursor) over (partition by rank, window_id order by iteration, pos desc), window_start)
-                   as start_ns,
+        select rank, window_id, segment_event, category, inferred, coalesce(next_cursor, window_start) as start_ns,
                cursor as end_ns
         from cp_cursors
         union all
@@ -356,12 +375,14 @@ create or replace macro critical_path_segments(windows) as table
         select rank, window_id, null, 'idle', false, coalesce(first_end, window_start), window_end
         from cp_starts
     )
-    select s.rank, s.window_id,
-           row_number() over (partition by s.rank, s.window_id order by s.start_ns, s.end_ns) as position,
-           s.segment_event as event_id, e.kind, e.name, s.category,
-           case when s.category = 'idle' then null when e.on_gpu then 'gpu' else 'cpu' end as carried_by,
+    select s.rank, s.window_id, s.position, s.segment_event as event_id, e.kind, e.name, s.category,
+           case when s.category = 'idle' then null when e.kind in ('kernel', 'memcpy', 'memset') then 'gpu'
+                else 'cpu' end as carried_by,
            s.inferred,
            s.start_ns, s.end_ns, s.end_ns - s.start_ns as duration_ns
-    from cp_segments s
-    left join cp_events e on e.rank = s.rank and e.id = s.segment_event
-    where s.end_ns > s.start_ns;
+    from (
+        select *, row_number() over (partition by rank, window_id order by start_ns, end_ns) as position
+        from cp_segments
+        where end_ns > start_ns
+    ) s
+    left join events e on e.rank = s.rank and e.id = s.segment_event;

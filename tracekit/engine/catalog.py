@@ -296,11 +296,16 @@ def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
     return _LOADED.setdefault(con, set())
 
 
-def load_includes(con: duckdb.DuckDBPyConnection, names, materialize: tuple[str, ...] = ()) -> None:
+# The table macros each live connection computes once (`connect(materialize=True)`: SHARED_TABLE_MACROS).
+_MATERIALIZED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def load_includes(con: duckdb.DuckDBPyConnection, names, materialize: tuple[str, ...] | None = None) -> None:
     """Define on `con` the macros of the files NAMES and of what they include, in dependency order, each file once
-    per connection; each table macro of `materialize` is computed into a temp table as soon as it is defined and
-    redefined to read it (`materialize_macro`)."""
+    per connection; each table macro of `materialize` (default: those `connect` chose for `con`) is computed into a
+    temp table as soon as it is defined and redefined to read it (`materialize_macro`)."""
     done = loaded(con)
+    materialize = _MATERIALIZED.get(con, ()) if materialize is None else materialize
     for name in include_order(names):
         if name not in done:
             text, start = load_query(name).statement, 0
@@ -356,23 +361,27 @@ def analysis_order(name: str) -> list[str]:
 
 
 # Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them (and bind
-# their bodies again); a connection made for many analyses computes each once into a temp table, as soon as it is
-# defined, and points the macro at it. The step macros: 5 of the report's analyses expand step_windows() (2026-11-26).
+# their bodies again); a connection made for many analyses computes each once into a temp table, as soon as its file
+# is loaded (when a query first needs it), and points the macro at it. The step macros: 5 of the report's analyses
+# expand step_windows() (2026-11-26). The critical path's stages: each its own statement, whose sorts and joins are
+# freed before the next one starts (the walk in one statement set the report's peak, bench/RESULTS.md).
 SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
-                       "step_windows", "step_metrics", "steady_steps", "step_or_trace_windows", "rank_devices")
+                       "step_windows", "step_metrics", "steady_steps", "step_or_trace_windows", "rank_devices",
+                       "_critical_path_events", "_critical_path_calls",
+                       "_critical_path_states", "_critical_path_lanes")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table registered; the catalog's files are loaded as queries need them.
 
-    With `materialize` (a connection for running several analyses), the shared table macros are computed now, once,
-    and DuckDB's memory is held to the tables' size (`connection.limit_to_input`).
+    With `materialize` (a connection for running several analyses), each shared table macro is computed once, when a
+    query first needs it, and DuckDB's memory is held to the tables' size (`connection.limit_to_input`).
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
     if materialize:
         connection.limit_to_input(con, tables.nbytes)
-        load_includes(con, [macro_files()[name] for name in SHARED_TABLE_MACROS], materialize=SHARED_TABLE_MACROS)
+        _MATERIALIZED[con] = SHARED_TABLE_MACROS
     return con
 
 
