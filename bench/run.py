@@ -8,7 +8,8 @@ COMMAND (any of; `all` = every one but same-bytes):
   report      `tracekit report` against TraceLens's perf report (`--tracelens`: its venv's bin folder,
               ../shared/peers/README.md), and against a second checkout with `--baseline`
   stages      one `report` in process, timed by stage (imports, read, link, analyses, write) and by analysis, with
-              the peak RSS after each stage and how much each analysis raised it
+              the peak RSS after each stage and how much each analysis raised it (with `--baseline`, the
+              baseline's in the same rotation: the slowest analyses and the report's peak, before and after)
   timeline    `tracekit timeline` against `tracekit ingest` (and the baseline's timeline with `--baseline`)
   diff        `tracekit diff` of two shared pairs (V100 workers0/workers4, H100/MI300X Qwen) against loading each run
               (and the baseline's diff with `--baseline`)
@@ -54,6 +55,7 @@ SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "amd/mi300x_
 ORJSON = ("import gzip, sys, orjson; p = sys.argv[1]; "
           "orjson.loads(gzip.open(p).read() if p.endswith('.gz') else open(p, 'rb').read())")
 STAGES = ("imports", "read", "link", "analyses", "write")
+ALL_ANALYSES = "(all analyses: CPU s / the report's peak MB)"
 LOAD = "import sys, tracekit; tracekit.load(sys.argv[1])"
 # what `tracekit ingest` imports before it reads a byte (its command module and the dataset writer): the floor of
 # any ingest process built on pyarrow, polars and DuckDB
@@ -143,15 +145,20 @@ class Bench:
 
     def stages(self) -> None:
         self.heading("stages of `report`, in one process: wall / CPU seconds, and the process's peak RSS after each")
-        rows, analyses = [], {}
+        rows, analyses, baseline = [], {}, {}
         for trace in self.traces:
-            runs = []
+            runs, base_runs = [], []
             for _ in range(self.args.repeat):
-                proc = subprocess.run([sys.executable, __file__, "--stages-child", str(trace), self.out("stages")],
-                                      env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
-                if proc.returncode:
-                    raise SystemExit(f"stages of {trace}: {proc.stderr[-2000:]}")
-                runs.append(json.loads(proc.stdout.splitlines()[-1]))
+                runs.append(self.stages_run(REPO, trace))
+                if self.args.baseline:
+                    base_runs.append(self.stages_run(self.args.baseline, trace))
+            for name in base_runs[0]["per_analysis"] if base_runs else ():
+                baseline.setdefault(name, {})[trace.name] = tuple(
+                    median(r["per_analysis"][name][i] for r in base_runs) for i in range(2))
+            if base_runs:
+                baseline.setdefault(ALL_ANALYSES, {})[trace.name] = (
+                    median(r["stages"]["analyses"][1] for r in base_runs),
+                    median(max(r["peak_mb"].values()) for r in base_runs))
             wall = {k: median(r["stages"][k][0] for r in runs) for k in STAGES}
             cpu = {k: median(r["stages"][k][1] for r in runs) for k in STAGES}
             peak = {k: median(r["peak_mb"][k] for r in runs) for k in STAGES}
@@ -161,14 +168,32 @@ class Bench:
             for name in runs[0]["per_analysis"]:
                 analyses.setdefault(name, {})[trace.name] = tuple(
                     median(r["per_analysis"][name][i] for r in runs) for i in range(2))
+            analyses.setdefault(ALL_ANALYSES, {})[trace.name] = (cpu["analyses"], max(peak.values()))
             print(".", end="", flush=True)
         print("\n" + table(["trace", "JSON MB", "events", *STAGES, "total"], rows))
         names = [t.name for t in self.traces]
-        top = sorted(analyses, key=lambda a: -sum(v[0] for v in analyses[a].values()))
+        top = sorted((a for a in analyses if a != ALL_ANALYSES),
+                     key=lambda a: -sum(v[0] for v in analyses[a].values()))
         print("\nPer analysis (CPU seconds, each on its own / MB the process's peak RSS rose while it ran; slowest "
               "first):\n")
         print(table(["analysis", *names], [[a, *(f"{analyses[a][n][0]:.2f} / {analyses[a][n][1]:.0f}"
                                                   if n in analyses[a] else "" for n in names)] for a in top]))
+        if baseline:
+            print("\nThe slowest analyses, baseline → this checkout (CPU s / MB of peak rise; same rotation; the "
+                  "shared tables are part of the analysis that first needs each):\n")
+            shown = [a for a in top[:8] if a in baseline] + [ALL_ANALYSES]
+            print(table(["analysis", *names], [[a, *(
+                f"{baseline[a][n][0]:.2f} / {baseline[a][n][1]:.0f} → {analyses[a][n][0]:.2f} / {analyses[a][n][1]:.0f}"
+                if n in analyses[a] and n in baseline[a] else "" for n in names)] for a in shown]))
+
+    def stages_run(self, repo: Path, trace: Path) -> dict:
+        """One stages child of checkout REPO over TRACE: its JSON line."""
+        proc = subprocess.run([sys.executable, str(repo / "bench" / "run.py"), "--stages-child", str(trace),
+                               self.out("stages")], env={**os.environ, "PYTHONPATH": str(repo)},
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"stages of {trace} ({repo}): {proc.stderr[-2000:]}")
+        return json.loads(proc.stdout.splitlines()[-1])
 
     def timeline(self) -> None:
         self.heading("timeline: `tracekit timeline TRACE -o FILE` against `tracekit ingest`"
@@ -349,7 +374,8 @@ def stages_child(trace: Path, out: Path) -> None:
     start = clocks[-1]
     with connect(tables, materialize=True) as con:
         before = peak_rss_mb()
-        per_analysis["(connection, shared tables)"] = (lap()[1], before - peaks["link"])
+        # the shared tables are computed by the first analysis that needs each (`catalog.connect`)
+        per_analysis["(connection)"] = (lap()[1], before - peaks["link"])
         for name in order:
             run_into(con, name, results, failures)
             per_analysis[name] = (lap()[1], peak_rss_mb() - before)
