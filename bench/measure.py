@@ -35,10 +35,14 @@ class Run:
 
 
 def run_fresh(cmd: list[str], ok_codes: tuple[int, ...] = (0,), repo: Path = REPO, cwd: Path | None = None) -> Run:
-    """Run CMD through the launcher with REPO's tracekit first on the path; SystemExit unless its exit code is in
-    OK_CODES."""
+    """Run CMD through the launcher with REPO's tracekit first on the path, in REPO unless CWD is given; SystemExit
+    unless its exit code is in OK_CODES.
+
+    In REPO: `python -m` and `python -c` put their working directory before PYTHONPATH, so a command run in another
+    checkout (the bench's own, where it is started) would import that checkout's tracekit, not REPO's."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    proc = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--launch", *cmd], env=env, cwd=cwd,
+    proc = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--launch", *cmd], env=env,
+                          cwd=repo if cwd is None else cwd,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stderr = proc.stderr.decode(errors="replace")
     if proc.returncode != 0 or not proc.stdout.strip():

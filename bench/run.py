@@ -3,8 +3,10 @@
     python bench/run.py COMMAND ... [--repeat 3] [--traces NAME ...] [--baseline DIR] [--tracelens BIN]
 
 COMMAND (any of; `all` = every one but same-bytes):
+  imports     each command's import floor (a process that only imports what the command imports before it reads a
+              byte) and `tracekit report --help`, against the libraries alone (and the baseline's, with --baseline)
   ingest      `tracekit ingest` against `orjson.loads` of the same (decompressed) bytes, both whole processes, and
-              the import floor (a process that only imports what ingest imports)
+              the import floor (a process that only imports what ingest imports); and the baseline's, with --baseline
   report      `tracekit report` against TraceLens's perf report (`--tracelens`: its venv's bin folder,
               ../shared/peers/README.md), and against a second checkout with `--baseline`
   stages      one `report` in process, timed by stage (imports, read, link, analyses, write) and by analysis, with
@@ -60,6 +62,16 @@ LOAD = "import sys, tracekit; tracekit.load(sys.argv[1])"
 # what `tracekit ingest` imports before it reads a byte (its command module and the dataset writer): the floor of
 # any ingest process built on pyarrow, polars and DuckDB
 INGEST_IMPORTS = "import tracekit.cli, tracekit.cli.traces, tracekit.output.dataset"
+# the same for the other commands (what each command module imports, and what the command imports when it runs)
+COMMAND_IMPORTS = {
+    "ingest": INGEST_IMPORTS,
+    "report": "import tracekit.cli, tracekit.cli.traces, tracekit.pipeline, tracekit.output.terminal",
+    "sql": "import tracekit.cli, tracekit.cli.query, tracekit.query.database",
+    "diff": "import tracekit.cli, tracekit.cli.compare, tracekit.pipeline",
+    "timeline": "import tracekit.cli, tracekit.cli.export, tracekit.pipeline, tracekit.output.timeline",
+}
+# the libraries every command above calls, alone: the floor no module structure of tracekit's goes below
+LIBRARIES = "import click, rich.console, pyarrow, pyarrow.compute, polars, duckdb, msgspec"
 
 
 def json_mb(trace: Path) -> float:
@@ -94,19 +106,52 @@ class Bench:
         rows = []
         for trace in self.traces:
             mb = json_mb(trace)
-            s = alternate({"ingest": self.tk("ingest", str(trace), "-o", self.out("ds"), "--force"),
-                           "orjson": ([sys.executable, "-c", ORJSON, str(trace)], REPO),
-                           "imports": ([sys.executable, "-c", INGEST_IMPORTS], REPO)}, self.args.repeat)
+            commands = {"ingest": self.tk("ingest", str(trace), "-o", self.out("ds"), "--force"),
+                        "orjson": ([sys.executable, "-c", ORJSON, str(trace)], REPO),
+                        "imports": ([sys.executable, "-c", INGEST_IMPORTS], REPO)}
+            if self.args.baseline:
+                commands["baseline"] = (tracekit_cmd("ingest", str(trace), "-o", self.out("base-ds"), "--force"),
+                                        self.args.baseline)
+            s = alternate(commands, self.args.repeat)
             i, o, f = s["ingest"], s["orjson"], s["imports"]
-            rows.append([trace.name, f"{mb:.1f}", i.wall, o.wall, f"{i.wall / o.wall:.2f}×", i.cpu, o.cpu,
-                         f"{i.cpu / o.cpu:.2f}×", f.cpu, f"{f.cpu / o.cpu:.2f}×", i.cpu - f.cpu,
-                         f"{(i.cpu - f.cpu) / o.cpu:.2f}×", f"{i.peak_mb:.0f}", f"{o.peak_mb:.0f}", f"{f.peak_mb:.0f}",
-                         f"{i.peak_mb / mb:.1f}×"])
+            row = [trace.name, f"{mb:.1f}", i.wall, o.wall, f"{i.wall / o.wall:.2f}×", i.cpu, o.cpu,
+                   f"{i.cpu / o.cpu:.2f}×", f.cpu, f"{f.cpu / o.cpu:.2f}×", i.cpu - f.cpu,
+                   f"{(i.cpu - f.cpu) / o.cpu:.2f}×", f"{i.peak_mb:.0f}", f"{o.peak_mb:.0f}", f"{f.peak_mb:.0f}",
+                   f"{i.peak_mb / mb:.1f}×"]
+            if self.args.baseline:
+                row += [s["baseline"].wall, s["baseline"].cpu, f"{s['baseline'].peak_mb:.0f}"]
+            rows.append(row)
             print(".", end="", flush=True)
-        print("\n" + table(["trace", "JSON MB", "ingest s", "orjson s", "wall ratio", "ingest CPU s", "orjson CPU s",
-                            "CPU ratio", "imports CPU s", "imports ÷ orjson", "ingest − imports CPU s",
-                            "(ingest − imports) ÷ orjson", "ingest peak MB", "orjson peak MB", "imports peak MB",
-                            "ingest peak ÷ JSON"], rows))
+        header = ["trace", "JSON MB", "ingest s", "orjson s", "wall ratio", "ingest CPU s", "orjson CPU s",
+                  "CPU ratio", "imports CPU s", "imports ÷ orjson", "ingest − imports CPU s",
+                  "(ingest − imports) ÷ orjson", "ingest peak MB", "orjson peak MB", "imports peak MB",
+                  "ingest peak ÷ JSON"]
+        if self.args.baseline:
+            header += ["baseline s", "baseline CPU s", "baseline peak MB"]
+        print("\n" + table(header, rows))
+
+    def imports(self) -> None:
+        self.heading("imports: a process that only imports what each command imports before it reads a byte"
+                     + (", and the same in the baseline" if self.args.baseline else ""))
+        commands = {name: [sys.executable, "-c", code] for name, code in COMMAND_IMPORTS.items()}
+        commands |= {"report --help": tracekit_cmd("report", "--help"), "(the libraries alone)":
+                     [sys.executable, "-c", LIBRARIES]}
+        runs = {name: (cmd, REPO) for name, cmd in commands.items()}
+        if self.args.baseline:
+            runs |= {f"{name} (baseline)": (cmd, self.args.baseline) for name, cmd in commands.items()
+                     if "libraries" not in name}
+        s = alternate(runs, self.args.repeat)
+        rows = []
+        for name in commands:
+            row = [name, s[name].cpu, f"{s[name].peak_mb:.0f}"]
+            if self.args.baseline:
+                b = s.get(f"{name} (baseline)")
+                row += [b.cpu, f"{b.peak_mb:.0f}"] if b else ["", ""]
+            rows.append(row)
+        header = ["command", "imports CPU s", "imports peak MB"]
+        if self.args.baseline:
+            header += ["baseline CPU s", "baseline peak MB"]
+        print(table(header, rows))
 
     def report(self) -> None:
         tracelens = self.args.tracelens / "TraceLens_generate_perf_report_pytorch" if self.args.tracelens else None
@@ -294,7 +339,7 @@ def peak_rss_mb() -> float:
 def first_step(trace: Path, repo: Path = REPO) -> int | None:
     """The first steady step of TRACE (of any rank), else its first step, as checkout REPO finds them; None without
     steps."""
-    proc = subprocess.run(tracekit_cmd("run", "steps", str(trace), "--format", "json"),
+    proc = subprocess.run(tracekit_cmd("run", "steps", str(trace), "--format", "json"), cwd=repo,
                           env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True, check=True)
     rows = json.loads(proc.stdout)
     steps = sorted({r["step"] for r in rows if r["steady"]}) or sorted({r["step"] for r in rows})
@@ -394,14 +439,14 @@ def main() -> None:
         return stages_child(Path(sys.argv[2]), Path(sys.argv[3]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("commands", nargs="+", choices=["all", "ingest", "report", "stages", "timeline", "diff",
-                                                        "sql", "same-bytes"])
+    parser.add_argument("commands", nargs="+", choices=["all", "imports", "ingest", "report", "stages", "timeline",
+                                                        "diff", "sql", "same-bytes"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--traces", nargs="+", default=TRACES, help="paths under ../shared/traces")
     parser.add_argument("--baseline", type=lambda p: Path(p).resolve(), help="another tracekit checkout")
     parser.add_argument("--tracelens", type=Path, help="the bin folder of TraceLens's venv")
     args = parser.parse_args()
-    commands = (["ingest", "report", "stages", "timeline", "diff", "sql"] if "all" in args.commands
+    commands = (["imports", "ingest", "report", "stages", "timeline", "diff", "sql"] if "all" in args.commands
                 else args.commands)
     # Compiled once, as `pip install` compiles an installed package (PYTHONDONTWRITEBYTECODE would otherwise make
     # every run compile tracekit's modules again).

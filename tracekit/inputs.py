@@ -14,15 +14,16 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING
 
 from tracekit import storage
-from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.read.dataset import DATASET_MARKER
 from tracekit.storage import Location
+
+if TYPE_CHECKING:  # resolving inputs needs no Arrow: `tracekit --help` and the commands' checks import this module
+    import pyarrow as pa
+
+    from tracekit.engine.tables import TraceTables
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 UNREADABLE = "file_unreadable"  # diagnostics reason of a trace file left out because it could not be read
@@ -113,6 +114,8 @@ def is_dataset(path: Location) -> bool:
     path = storage.location(path)
     if storage.is_url(path) and path_kind(path) != "dir":  # one look-up, and a bad URL is named as given
         return False
+    from tracekit.read.dataset import DATASET_MARKER
+
     return path_kind(storage.join(path, DATASET_MARKER)) == "file"
 
 
@@ -235,6 +238,8 @@ def refuse_unrelated(files: list[FileRun]) -> None:
 def files_noted(diagnostics: pa.Table, reason: str) -> list[tuple[str, str]]:
     """(file, detail) for each file with a REASON row in a diagnostics table: `truncated` (a cut file: what was
     recovered), `file_unreadable` (a file left out: why)."""
+    import pyarrow.compute as pc
+
     rows = diagnostics.filter(pc.equal(diagnostics.column("reason"), reason))
     return list(dict.fromkeys(zip(rows.column("source_file").to_pylist(), rows.column("detail").to_pylist())))
 

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tracekit import storage
-from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
-from tracekit.inputs import INPUT_WARNINGS, Inputs, resolve_inputs
-from tracekit.pipeline import load
 
-if TYPE_CHECKING:  # imported where used: the commands that only read traces (report) need not load pyarrow.parquet
+# Imported where used: --help, --version, `queries` and `schema` need neither pyarrow, polars nor DuckDB, and the
+# commands that only read traces (report) need not load pyarrow.parquet (tests/cli/test_imports.py).
+if TYPE_CHECKING:
+    from tracekit.engine.tables import TraceTables
+    from tracekit.inputs import Inputs
     from tracekit.query.database import TraceDatabase
 
 # soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
@@ -135,6 +135,8 @@ def warn_about_failed_analyses(failures: dict[str, str]) -> None:
 def input_warnings_reported() -> Iterator[None]:
     """The API's warnings about input files issued inside (a cut file, a file left out), as warning lines (other
     warnings go on as they were)."""
+    from tracekit.inputs import INPUT_WARNINGS
+
     with warnings.catch_warnings(record=True) as caught:
         for category in INPUT_WARNINGS:
             warnings.simplefilter("always", category)
@@ -155,6 +157,8 @@ def progress_bar(inputs: Inputs, doing: str = "") -> Iterator:
         with working(f"reading {inputs.label}{also}"):
             yield None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn(f"reading traces{also}"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
                   TimeElapsedColumn(), console=stderr, transient=True) as bar:
         task = bar.add_task("read", total=len(files))
@@ -177,6 +181,8 @@ def working(what: str) -> Iterator[None]:
         after = float(os.environ.get("TRACEKIT_PROGRESS_AFTER", PROGRESS_AFTER_SECONDS))
     except ValueError:
         after = PROGRESS_AFTER_SECONDS
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     spinner = Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=stderr, transient=True)
     spinner.add_task(what, total=None)
     timer = threading.Timer(after, spinner.start)
@@ -193,6 +199,8 @@ def working(what: str) -> Iterator[None]:
 def load_traces(paths: Iterable[str] | Inputs, rank: int | None = None) -> TraceTables:
     """`tracekit.load` (its input rules: InputError for no events or for files that are not ranks of one run unless
     the command was given --as-ranks, a warning line per cut trace file), with a progress bar."""
+    from tracekit.pipeline import load
+
     inputs = command_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
         return load(inputs, rank=rank, progress=progress, as_ranks=as_ranks_given())
@@ -200,6 +208,8 @@ def load_traces(paths: Iterable[str] | Inputs, rank: int | None = None) -> Trace
 
 def command_inputs(paths: Iterable[str] | Inputs) -> Inputs:
     """PATHS resolved, with the command's --graph-capture files: every command that reads traces resolves them here."""
+    from tracekit.inputs import resolve_inputs
+
     return resolve_inputs(paths, graph_captures_given())
 
 

@@ -5,24 +5,27 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import polars as pl
 
-from tracekit import schema, storage
+from tracekit import storage
 from tracekit.cli.app import (trace_input_options, main, open_database, peak_option, read_peak_option, stderr, stdout,
                               user_errors, working)
-from tracekit.engine import catalog
 from tracekit.errors import InputError
 from tracekit.inputs import path_kind
 from tracekit.output.files import check_output_file
 from tracekit.output.frames import FORMATS, choose_format, print_frame, write_frame
+
+if TYPE_CHECKING:  # each command imports what it uses: --help and `schema` need neither polars nor DuckDB
+    import polars as pl
 
 
 @main.command(name="schema")
 @click.option("--markdown", is_flag=True, default=True, help="Print the schema document (docs/schema.md).")
 def schema_command(markdown):
     """Print the documentation of every table and column."""
+    from tracekit import schema
     click.echo(schema.markdown(), nl=False)
 
 
@@ -146,6 +149,7 @@ def queries_command(wide):
 @user_errors
 def run_command(name, traces, only_ranks, step, peak_file, fmt, out_path, wide, max_rows):
     """Print the result of analysis NAME (see `tracekit queries`) over TRACES."""
+    from tracekit.engine import catalog
     if name not in catalog.available():
         raise InputError(f"{name}: no such analysis (one of: {', '.join(catalog.available())})")
     check_output(fmt, out_path, traces, max_rows)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from tracekit import replay as replaying
 from tracekit.cli.app import trace_input_options, load_traces, main, user_errors, working
 from tracekit.cli.query import check_output, emit
 from tracekit.output.files import check_output_file
@@ -37,6 +36,7 @@ def replay_command(traces, scales, removes, step, fmt, out_path, max_rows, wide)
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
     the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
     graph as measured."""
+    from tracekit import replay as replaying  # here: --help and the other commands need not import the replay
     scale = [replaying.parse_scale(text) for text in scales]
     remove = [replaying.Selector.parse(text) for text in removes]
     check_output(fmt, None, traces, max_rows)

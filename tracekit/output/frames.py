@@ -6,14 +6,17 @@ from __future__ import annotations
 import io
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from tracekit.errors import InputError
 from tracekit.output.files import write_output_file
+
+if TYPE_CHECKING:  # the frames come from the caller: `tracekit queries` and --help need no polars (FORMATS)
+    import polars as pl
 
 FORMATS = ("table", "csv", "json", "ndjson", "parquet")
 SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".ndjson": "ndjson", ".jsonl": "ndjson", ".parquet": "parquet",
@@ -44,6 +47,8 @@ SIGNIFICANT_DIGITS = 12
 
 def at_data_precision(frame: pl.DataFrame) -> pl.DataFrame:
     """Float columns (and lists of floats) rounded as UNIT_DECIMALS / SIGNIFICANT_DIGITS say."""
+    import polars as pl
+
     def rounded(name: str, value: pl.Expr) -> pl.Expr:
         unit = name.rsplit("_", 1)[-1].lower()
         return value.round(UNIT_DECIMALS[unit]) if unit in UNIT_DECIMALS else value.round_sig_figs(SIGNIFICANT_DIGITS)

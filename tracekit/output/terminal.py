@@ -1,44 +1,25 @@
-"""What `tracekit report` prints: a progress bar while it works, then a short summary of the results."""
+"""What `tracekit report` prints once it is done: a short summary of the results (its progress while it works is
+`tracekit.cli.app.progress_bar`)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from tracekit.output.frames import print_whole, shorten
 from tracekit.output.workbooks import Analyses, device_word
-from tracekit.output.workbooks import Progress as ProgressCallback
 
 BREAKDOWN = {"computation": "computation", "exposed_communication": "exposed communication",
              "exposed_memcpy": "exposed memcpy", "idle": "idle", "total": "{device} window"}
 RANK_ROWS_SHOWN = 8
 QUERIES = ("diagnostics_reasons",)  # run for this summary only
 TOP = 5
-
-
-@contextlib.contextmanager
-def progress_bar(console: Console) -> Iterator[ProgressCallback | None]:
-    """A transient bar on a terminal (nothing when output is piped); yields the callback to advance it."""
-    if not console.is_terminal:
-        yield None
-        return
-    with Progress(TextColumn("{task.description:<40}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("report", total=None)
-
-        def advance(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=what)
-
-        yield advance
 
 
 def print_summary(console: Console, done: Analyses, paths: list[Path], problems: list[str],

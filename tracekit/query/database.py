@@ -23,7 +23,6 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tracekit import schema, storage
 from tracekit.engine import catalog, connection, peaks
@@ -184,6 +183,8 @@ def open_dataset(path: Location) -> TraceDatabase:
 
 
 def parquet_rows(path: Location) -> int:
+    import pyarrow.parquet as pq  # here: only a dataset's footers need it, not a query over trace files
+
     try:
         if storage.is_url(path):
             with storage.open_binary(path) as fh:

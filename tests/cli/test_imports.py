@@ -1,0 +1,72 @@
+"""Each command imports what it uses: the libraries a command never calls are not in its process (a command pays for
+its imports before it reads a byte: bench/RESULTS.md, the import floor).
+
+Each case runs the command in a fresh process (`python -m tracekit.cli`, through `tracekit.cli.run`, which runs the
+exit handlers) and reads the modules it loaded from an exit handler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+# What every command that reads traces needs: Arrow tables, DuckDB SQL, polars frames, msgspec decoding.
+ENGINES = {"pyarrow", "polars", "duckdb", "numpy", "msgspec"}
+LOADED = ("import atexit, json, runpy, sys\n"
+          "out = sys.argv[1]\n"
+          "atexit.register(lambda: open(out, 'w').write(json.dumps(sorted(sys.modules))))\n"
+          "sys.argv = ['tracekit', *sys.argv[2:]]\n"
+          "runpy.run_module('tracekit.cli', run_name='__main__')\n")
+
+
+def loaded_by(tmp_path, *args: str) -> set[str]:
+    """The modules in the process of `tracekit ARGS` when it ended (exit code 0 or 3)."""
+    modules = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", LOADED, str(modules), *args], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode in (0, 3), proc.stderr
+    return set(json.loads(modules.read_text()))
+
+
+@pytest.mark.parametrize("args", [["--version"], ["report", "--help"], ["ingest", "--help"], ["sql", "--help"],
+                                  ["run", "--help"], ["timeline", "--help"], ["export", "chakra", "--help"],
+                                  ["replay", "--help"], ["graph", "--help"]])
+def test_help_needs_no_engine(tmp_path, args):
+    assert not ENGINES & loaded_by(tmp_path, *args)
+
+
+def test_schema_needs_arrow_only(tmp_path):
+    loaded = loaded_by(tmp_path, "schema")
+    assert "pyarrow" in loaded  # the schema is Arrow types: the check sees what it looks for
+    assert not {"polars", "duckdb", "msgspec"} & loaded
+
+
+def test_the_notebook_import_needs_no_engine():
+    code = "import sys, tracekit; print(sorted(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert not ENGINES & set(eval(out))
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    from tracekit import synth
+
+    out = tmp_path_factory.mktemp("synth")
+    synth.generate(out, 1, 1, 0)
+    return out / "rank0.json"
+
+
+@pytest.mark.parametrize("args, not_loaded", [
+    (["ingest", "{trace}", "-o", "dataset"], {"xlsxwriter", "tomllib", "rich.progress", "tracekit.query.analyses"}),
+    (["report", "{trace}", "-o", "report"], {"pyarrow.parquet", "pyarrow.dataset", "rich.progress"}),
+    (["sql", "select count(*) from events", "{trace}"], {"pyarrow.parquet", "pyarrow.dataset", "xlsxwriter"}),
+    (["timeline", "{trace}", "-o", "timeline.json"], {"pyarrow.parquet", "xlsxwriter", "tracekit.diff"}),
+])
+def test_a_command_leaves_out_what_it_does_not_use(tmp_path, trace, args, not_loaded):
+    loaded = loaded_by(tmp_path, *[a.format(trace=trace) for a in args])
+    assert ENGINES <= loaded  # it did read the trace
+    assert not not_loaded & loaded
