@@ -81,7 +81,7 @@ def parse_text(path: Location, data: bytes) -> ParsedFile:
 
 # --------------------------------------------------------------------------- streaming
 
-CHUNK_BYTES = 2 << 20  # decompressed JSON decoded per step: bounds the working set (2 MiB measured fastest)
+CHUNK_BYTES = 1 << 20  # decompressed JSON decoded per step: bounds the working set (1 MiB: as fast as 2, ~15 MB less)
 READ_BYTES = 1 << 20  # compressed bytes read per step
 MIN_BLOCK_BYTES = 64 << 10  # decompressed bytes per step, when chunks are smaller (tests)
 HEADER_LIMIT = 64 << 20  # top-level keys before traceEvents are small: past this, stop looking
