@@ -392,7 +392,8 @@ def stages_child(trace: Path, out: Path) -> None:
     """One report of TRACE in this process, timed by stage (wall and CPU seconds: imports, read, link, analyses,
     write; imports' wall is the CPU of the interpreter's start too) with the peak RSS after each, and by analysis
     (CPU seconds of each on its own, after the ones it reads, in the order `run_analyses` runs them, and how much
-    it raised the peak); prints one JSON line."""
+    it raised the peak; a shared table is computed, and counted, in the first analysis that calls its macro);
+    prints one JSON line."""
     import tracekit  # noqa: F401  (what `tracekit report` imports)
     from tracekit.cli import traces  # noqa: F401
     from tracekit.engine.catalog import analysis_order, connect

@@ -93,9 +93,10 @@ grouped as (  -- shapes are parsed once per distinct shape, not per call
     group by all
 ),
 shaped as materialized (
-    select *, try_cast(input_dims as bigint[][]) as dims, try_cast(input_type as varchar[]) as types,
-           try_cast(concrete_inputs as varchar[]) as conc
-    from grouped
+    select *, list_transform(types, lambda t: dtype_bytes(t)) as type_bytes  -- once, not at each use (planning)
+    from (select *, try_cast(input_dims as bigint[][]) as dims, try_cast(input_type as varchar[]) as types,
+                 try_cast(concrete_inputs as varchar[]) as conc
+          from grouped)
 ),
 -- attention: Q, K, V as [B, H, N, d] (flash-style ops write [B, N, H, d]: transposed here); FLOPs
 -- 2·B·Hq·Nq·Nkv·(d_qk + d_v), halved when causal; backward 2.5 × forward
@@ -127,7 +128,7 @@ sdpa as (
            (if(family = 'SDPA_bwd', 2.5, 1.0) * if(causal, 0.5, 1.0)
                * 2 * q[1] * q[2] * q[3] * k[3] * (q[4] + v[4]))::double as flops,
            ((dims_numel(q) + dims_numel(k) + dims_numel(v) + q[1] * q[2] * q[3] * v[4])
-               * if(family = 'SDPA_bwd', 2, 1) * dtype_bytes(types[1 + shift]))::double as bytes,
+               * if(family = 'SDPA_bwd', 2, 1) * type_bytes[1 + shift])::double as bytes,
            'matrix_' || spec_dtype(types[1 + shift]) as compute_spec
     from (select *,
                  if(bnhd, [q_raw[1], q_raw[3], q_raw[2], q_raw[4]], q_raw) as q,
@@ -181,7 +182,7 @@ conv as (
            ((dims_numel(x) + dims_numel(w) + dims_numel(y)
                + if(family = 'CONV_fwd', coalesce(dims_numel(bias) * (len(bias) > 0)::int, 0),
                     output_mask[1]::int * dims_numel(x) + output_mask[2]::int * dims_numel(w)))
-               * dtype_bytes(types[if(family = 'CONV_bwd', 2, 1)]))::double as bytes,
+               * type_bytes[if(family = 'CONV_bwd', 2, 1)])::double as bytes,
            'matrix_' || spec_dtype(types[if(family = 'CONV_bwd', 2, 1)]) as compute_spec
     from (select *,
                  -- weight [C_out, C_in/groups, k...] (transposed: [C_in, C_out/groups, k...])
@@ -194,6 +195,7 @@ norm_args as (
     select *,
            case when name = '_C::rms_norm' then dims[2] else dims[1] end as x,
            case when name = '_C::rms_norm' then types[2] else types[1] end as x_type,
+           case when name = '_C::rms_norm' then type_bytes[2] else type_bytes[1] end as x_bytes,
            case
                when name in ('aten::rms_norm', 'aten::_fused_rms_norm', '_C::rms_norm') then 'rms'
                when name = '_C::fused_add_rms_norm' then 'add_rms'
@@ -213,7 +215,7 @@ norm as (
                when kind = 'add_rms' then 4 * n + c
                when family = 'Normalization_bwd' then 3 * n + 3 * c
                else 2 * n + 6 * c
-           end * dtype_bytes(x_type))::double as bytes,
+           end * x_bytes)::double as bytes,
            'vector_' || spec_dtype(x_type) as compute_spec
     from (select *, dims_numel(x) as n,
                  case
@@ -231,17 +233,17 @@ norm as (
 elementwise as (
     select *,
            out_numel::double as flops,
-           (if(is_binary, dims_numel(a) * dtype_bytes(types[1]) + dims_numel(b) * dtype_bytes(types[2])
-                           + out_numel * dtype_bytes(types[if(len(a) > 0, 1, 2)]),
+           (if(is_binary, dims_numel(a) * type_bytes[1] + dims_numel(b) * type_bytes[2]
+                           + out_numel * type_bytes[if(len(a) > 0, 1, 2)],
                -- copy_(self, src): writes self, reads src; the other unary ops read and write one type
-               out_numel * (dtype_bytes(types[1])
-                            + if(name = 'aten::copy_', coalesce(dtype_bytes(types[2]), dtype_bytes(types[1])),
-                                 dtype_bytes(types[1])))))::double as bytes,
+               out_numel * (type_bytes[1]
+                            + if(name = 'aten::copy_', coalesce(type_bytes[2], type_bytes[1]),
+                                 type_bytes[1]))))::double as bytes,
            'vector_' || spec_dtype(types[1]) as compute_spec
     from (select *, if(is_binary, dims_numel(broadcast_dims(a, b)), dims_numel(a)) as out_numel
           from (select *, dims[1] as a, dims[2] as b,
-                       name <> 'aten::copy_' and len(dims) >= 2 and dtype_bytes(types[2]) is not null as is_binary
-                from shaped where family = 'Elementwise' and len(dims) >= 1 and dtype_bytes(types[1]) is not null))
+                       name <> 'aten::copy_' and len(dims) >= 2 and type_bytes[2] is not null as is_binary
+                from shaped where family = 'Elementwise' and len(dims) >= 1 and type_bytes[1] is not null))
 ),
 -- reductions: FLOPs one per input element; bytes input plus output. Softmax: 5 FLOPs per element (max, subtract,
 -- exp, sum, divide), input plus an output of the same shape; softmax backward 4 per element, 3 tensors
@@ -254,9 +256,9 @@ reduce as (
     select *,
            (case family when 'Softmax' then 5 * n when 'Reduce_bwd' then 4 * n else n end)::double as flops,
            (case family
-                when 'Softmax' then n * (dtype_bytes(types[1]) + if(lower(conc[3]) = 'true', 4, dtype_bytes(types[1])))
-                when 'Reduce_bwd' then 3 * n * dtype_bytes(types[1])
-                else (n + out_numel) * dtype_bytes(types[1])
+                when 'Softmax' then n * (type_bytes[1] + if(lower(conc[3]) = 'true', 4, type_bytes[1]))
+                when 'Reduce_bwd' then 3 * n * type_bytes[1]
+                else (n + out_numel) * type_bytes[1]
             end)::double as bytes,
            'vector_' || spec_dtype(types[1]) as compute_spec
     from (select *,

@@ -287,44 +287,60 @@ def run_stage(con: duckdb.DuckDBPyConnection, names, parameters: dict[str, dict]
     return results
 
 
-# What each live connection has loaded (files) and bound (analyses as views). Weak keys: forgotten with the
-# connection, so this holds no state of its own beyond the connections' lifetimes.
-_LOADED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, set[str]] = weakref.WeakKeyDictionary()
+# What each live connection has loaded (files) and bound (analyses as views), and which table macros it computes
+# once into temp tables (`connect(materialize=True)`). Weak keys: forgotten with the connection, so this holds no
+# state of its own beyond the connections' lifetimes.
+@dataclass(frozen=True)
+class Catalogued:
+    done: set[str] = field(default_factory=set)  # lib files loaded, analyses bound as views
+    materialize: tuple[str, ...] = ()  # table macros computed into temp tables as their files are loaded
+
+
+_CATALOGUED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, Catalogued] = weakref.WeakKeyDictionary()
+
+
+def catalogued(con: duckdb.DuckDBPyConnection) -> Catalogued:
+    return _CATALOGUED.setdefault(con, Catalogued())
 
 
 def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return _LOADED.setdefault(con, set())
+    return catalogued(con).done
 
 
-# The table macros each live connection computes once (`connect(materialize=True)`: SHARED_TABLE_MACROS).
-_MATERIALIZED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[str, ...]] = weakref.WeakKeyDictionary()
-
-
-def load_includes(con: duckdb.DuckDBPyConnection, names, materialize: tuple[str, ...] | None = None) -> None:
+def load_includes(con: duckdb.DuckDBPyConnection, names) -> None:
     """Define on `con` the macros of the files NAMES and of what they include, in dependency order, each file once
-    per connection; each table macro of `materialize` (default: those `connect` chose for `con`) is computed into a
-    temp table as soon as it is defined and redefined to read it (`materialize_macro`)."""
-    done = loaded(con)
-    materialize = _MATERIALIZED.get(con, ()) if materialize is None else materialize
+    per connection; each table macro the connection materializes (`connect(materialize=True)`) is computed into a
+    temp table as soon as it is defined and redefined to read it (`materialize_macro`). A connection loads only
+    the files its queries include: a report's cross-rank connection, whose analyses call no shared macro, computes
+    none of them."""
+    state = catalogued(con)
     for name in include_order(names):
-        if name not in done:
+        if name not in state.done:
             text, start = load_query(name).statement, 0
             # DuckDB binds a macro when it is created, expanding every macro it calls: the macros defined after a
             # materialized one bind its table, not its body (~0.1 s less per report connection, bench/RESULTS.md)
             definitions = list(MACRO_DEFINITION.finditer(text))
             for here, after in zip(definitions, definitions[1:] + [None]):
-                if here.group(1) in materialize:
+                if here.group(1) in state.materialize:
                     end = after.start() if after else len(text)
-                    con.execute(text[start:end])
-                    materialize_macro(con, here.group(1))
+                    if text[start:here.start()].strip():
+                        con.execute(text[start:here.start()])
+                    materialize_macro(con, here.group(1), text[here.start():end])
                     start = end
-            con.execute(text[start:])
-            done.add(name)
+            if text[start:].strip():
+                con.execute(text[start:])
+            state.done.add(name)
 
 
-def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Compute table macro NAME once into a temp table and point the macro at it."""
-    con.execute(f"create or replace temp table {name}_result as from {name}();"
+def materialize_macro(con: duckdb.DuckDBPyConnection, name: str, definition: str) -> None:
+    """Compute table macro NAME, whose `create or replace macro NAME() as table ...` is DEFINITION, once into a
+    temp table, and define the macro to read it. Its body is bound once, by the table's query: creating the macro
+    first would bind it twice."""
+    head = re.match(rf"\s*create\s+or\s+replace\s+macro\s+{name}\s*\(\s*\)\s+as\s+table\b", definition,
+                    re.IGNORECASE)
+    if head is None:
+        raise ValueError(f"{name}: only a table macro without parameters can be materialized")
+    con.execute(f"create or replace temp table {name}_result as {definition[head.end():].strip().rstrip(';')};"
                 f"create or replace macro {name}() as table from {name}_result")
 
 
@@ -374,14 +390,15 @@ SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table registered; the catalog's files are loaded as queries need them.
 
-    With `materialize` (a connection for running several analyses), each shared table macro is computed once, when a
-    query first needs it, and DuckDB's memory is held to the tables' size (`connection.limit_to_input`).
+    With `materialize` (a connection for running several analyses), each shared table macro is computed once, when
+    the first query that calls it loads its file, and DuckDB's memory is held to the tables' size
+    (`connection.limit_to_input`).
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
     if materialize:
         connection.limit_to_input(con, tables.nbytes)
-        _MATERIALIZED[con] = SHARED_TABLE_MACROS
+        _CATALOGUED[con] = Catalogued(materialize=SHARED_TABLE_MACROS)
     return con
 
 
