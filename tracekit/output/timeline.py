@@ -83,14 +83,12 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     """Write the timeline of every rank to `path` (gzip-compressed when it ends in .gz): the events of step N
     only with `step`, the critical path track unless `critical_path` is false."""
     suffix = f" · {label}" if label else ""
+    shown = tables if step is None else step_tables(tables, step)  # the step's events, as every --step's
+    with connect(shown) as con:
+        slices = pl.from_arrow(run_stage(con, ["export/timeline_slices"])["timeline_slices"])
+    if slices.is_empty():
+        raise InputError("no events to show")
     with connect(tables) as con:
-        if step is None:  # the whole trace's slices on the connection the rest runs on (one connection's setup)
-            slices = pl.from_arrow(run_stage(con, ["export/timeline_slices"])["timeline_slices"])
-        else:
-            with connect(step_tables(tables, step)) as shown:  # the step's events, as every --step's
-                slices = pl.from_arrow(run_stage(shown, ["export/timeline_slices"])["timeline_slices"])
-        if slices.is_empty():
-            raise InputError("no events to show")
         base = slices["base_ns"][0]
         # sub-tracks: one sweep per track, in the query's order
         lanes = []
