@@ -19,21 +19,25 @@
 --   rank (as a TraceFuse-merged file). Events without a timestamp are left out.
 with
 selected as materialized (
-    select e.*, e.kind in ('kernel', 'memcpy', 'memset', 'gpu_annotation', 'sync') as on_gpu
-    from events e
-    where e.ts is not null
+    select *, case when on_gpu then lpad(coalesce(device::varchar, pid), 9, '0') else pid end as process_key
+    from (select e.*, e.kind in ('kernel', 'memcpy', 'memset', 'gpu_annotation', 'sync') as on_gpu
+          from events e
+          where e.ts is not null)
 ),
 cpu_pids as (
     select rank, count(distinct pid) as pids from selected where not on_gpu group by rank
+),
+-- each process's place among its rank's CPU processes or GPUs: ranked over the few processes, not every slice
+process_ranks as (
+    select rank, on_gpu, process_key, dense_rank() over (partition by rank, on_gpu order by process_key) as process_rank
+    from (select distinct rank, on_gpu, process_key from selected)
 ),
 placed as (
     select s.rank, s.id, s.ts, s.ts + coalesce(s.dur, 0) as end_ns, s.cat, s.name, s.dur, s.args,
            case when s.on_gpu then format('rank {} · GPU {}', s.rank, coalesce(s.device::varchar, s.pid))
                 when p.pids > 1 then format('rank {} · CPU · pid {}', s.rank, s.pid)
                 else format('rank {} · CPU', s.rank) end as process,
-           s.rank * 1000 + case when s.on_gpu then 100 else 1 end
-               + dense_rank() over (partition by s.rank, s.on_gpu order by case when s.on_gpu then lpad(coalesce(s.device::varchar, s.pid), 9, '0')
-                                                                     else s.pid end) as process_order,
+           s.rank * 1000 + case when s.on_gpu then 100 else 1 end + r.process_rank as process_order,
            case when s.kind = 'sync' then 'sync'
                 when s.kind = 'gpu_annotation' then format('stream {} · annotations', coalesce(s.stream::varchar, s.tid))
                 when s.on_gpu then format('stream {}', coalesce(s.stream::varchar, s.tid))
@@ -45,6 +49,7 @@ placed as (
            case when s.on_gpu then track_suffix else s.tid end as track_key
     from selected s
     left join cpu_pids p on p.rank = s.rank
+    join process_ranks r on r.rank = s.rank and r.on_gpu = s.on_gpu and r.process_key is not distinct from s.process_key
     left join threads t on t.rank = s.rank and t.pid = s.pid and t.tid = s.tid and not s.on_gpu
 )
 select rank, id, ts, end_ns, process, process_order, process || ' · ' || track_suffix as track,
