@@ -79,14 +79,16 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
     entries = parts.entries
     source = str(parts.path)
     with_ranks = entries.events.filter(pc.is_valid(entries.events.column("args_rank")))
-    pids = pc.unique(with_ranks.column("pid"))  # in the order first seen, null included
-    first_row = np.unique(pc.index_in(with_ranks.column("pid"), value_set=pids).to_numpy(), return_index=True)[1]
+    ranked_pids = pc.unique(with_ranks.column("pid"))  # in the order first seen, null included
+    codes = pc.index_in(with_ranks.column("pid"), value_set=ranked_pids).to_numpy()
+    first_row = np.unique(codes, return_index=True)[1]
     pid_rank = with_ranks.column("args_rank").take(pa.array(first_row)).cast(pa.int32())  # each pid's first
 
     def rank_of_pid(table: pa.Table) -> pa.Array:
-        if not len(pids):
+        if not len(ranked_pids):
             return pa.array(np.full(table.num_rows, rank, dtype=np.int32))
-        return pc.fill_null(pid_rank.take(pc.index_in(table.column("pid"), value_set=pids)), pa.scalar(rank, pa.int32()))
+        ranks = pid_rank.take(pc.index_in(table.column("pid"), value_set=ranked_pids))
+        return pc.fill_null(ranks, pa.scalar(rank, pa.int32()))
 
     def with_rank(table: pa.Table, name: str) -> pa.Table:
         ranks = rank_of_pid(table)

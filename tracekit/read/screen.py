@@ -175,7 +175,7 @@ def _possible_durations(events: pa.Table) -> tuple[pa.Table, pa.Table]:
             pl.format("dur {} ns runs {} ns past the start of the next op on its stream, entry {} (work on a stream "
                       "runs in order: a corrupt dur); the event is kept with a null dur", pl.col("dur"),
                       pl.col("overrun"), pl.col("next_id")),
-            extra=overrun.select("id", overrun=pl.col("ts") + pl.col("dur") - pl.col("next_ts"), next_id="next_id")))
+            extra=overrun))
         dur = pc.if_else(pa.array(over), pa.scalar(None, pa.int64()), dur)
     if not notes:
         return events, NOTES_SCHEMA.empty_table()
