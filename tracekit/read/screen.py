@@ -84,7 +84,8 @@ def _without_duplicates(table: pa.Table, key: list[str]) -> tuple[pa.Table, pa.T
     same = picked.filter(pa.array(later))
     n = same.num_rows
     notes = pa.table({
-        "group": pa.repeat(pa.scalar(DUPLICATE, pa.int8()), n), "position": same.column("id"), "pid": same.column("pid"),
+        "group": pa.repeat(pa.scalar(DUPLICATE, pa.int8()), n), "position": same.column("id"),
+        "pid": same.column("pid"),
         "args_rank": same.column("args_rank").cast(pa.int64()) if extra else pa.nulls(n, pa.int64()),
         "reason": pa.repeat(pa.scalar("duplicate_entry"), n),
         "detail": [f"identical to entry {f} (kept): a duplicate is dropped" for f in first[later].tolist()],
