@@ -30,7 +30,6 @@ from tracekit.inputs import (
     warn_about_files,
 )
 from tracekit.link.edges import build_edges
-from tracekit.link.et import attach_execution_traces
 from tracekit.link.graph_capture import attach_graph_captures
 from tracekit.read.dataset import check_dataset, check_dataset_rows, read_dataset, read_rank
 from tracekit.read.execution_trace import named_rank, opens_as_execution_trace
@@ -175,7 +174,11 @@ def read_group(files: list, rank: int | None = None, assigned: list[tuple[int, s
     if not parts and not found:
         return Group([o for o in outcomes if o is not None], None)
     # After build_edges, which rebuilds `edges` from events: the ET stage appends its et_ctrl / et_data edges.
-    tables = attach_execution_traces(linked(parts, edges, unread_notes(unread) if whole else None), found)
+    tables = linked(parts, edges, unread_notes(unread) if whole else None)
+    if found:  # imported here: linking Execution Traces uses polars, which a Kineto-only ingest does not load
+        from tracekit.link.et import attach_execution_traces
+
+        tables = attach_execution_traces(tables, found)
     return Group([o for o in outcomes if o is not None], tables, tuple(found))
 
 

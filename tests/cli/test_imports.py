@@ -61,12 +61,15 @@ def trace(tmp_path_factory):
 
 
 @pytest.mark.parametrize("args, not_loaded", [
-    (["ingest", "{trace}", "-o", "dataset"], {"xlsxwriter", "tomllib", "rich.progress", "tracekit.query.analyses"}),
+    # ingest reads, links and writes Parquet in Arrow, numpy and DuckDB: polars (30 MB, 0.25 CPU s) only for entries
+    # with problems (bench/RESULTS.md, ingest without polars)
+    (["ingest", "{trace}", "-o", "dataset"],
+     {"polars", "xlsxwriter", "tomllib", "rich.progress", "tracekit.query.analyses"}),
     (["report", "{trace}", "-o", "report"], {"pyarrow.parquet", "pyarrow.dataset", "rich.progress"}),
     (["sql", "select count(*) from events", "{trace}"], {"pyarrow.parquet", "pyarrow.dataset", "xlsxwriter"}),
     (["timeline", "{trace}", "-o", "timeline.json"], {"pyarrow.parquet", "xlsxwriter", "tracekit.diff"}),
 ])
 def test_a_command_leaves_out_what_it_does_not_use(tmp_path, trace, args, not_loaded):
     loaded = loaded_by(tmp_path, *[a.format(trace=trace) for a in args])
-    assert ENGINES <= loaded  # it did read the trace
+    assert ENGINES - not_loaded <= loaded  # it did read the trace
     assert not not_loaded & loaded

@@ -46,12 +46,15 @@ import weakref
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 
 from tracekit.engine import connection
 from tracekit.engine.tables import TraceTables
+
+if TYPE_CHECKING:
+    import polars as pl  # only `sql` returns a polars frame (DuckDB makes it): the link stage needs no polars
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 

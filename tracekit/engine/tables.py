@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 
 from tracekit import schema
 from tracekit.engine import connection, peaks
+
+if TYPE_CHECKING:
+    import polars as pl  # imported where used: `tracekit ingest` holds these tables and needs no polars
 
 
 def _empty(name: str):
@@ -58,6 +61,8 @@ class TraceTables:
         return replace(self, device_peaks=table)
 
     def polars(self, name: str) -> pl.DataFrame:
+        import polars as pl
+
         return pl.from_arrow(getattr(self, name))
 
     @property

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -156,7 +157,8 @@ def in_key_order(name: str, table: pa.Table) -> pa.Table:
 
 def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Location]:
     """One Parquet file per rank (rows in the table's order, `rank` in the directory name only), its footer naming
-    the table and the schema version for readers that never see the marker.
+    the table and the schema version for readers that never see the marker. TABLE is in key order (`in_key_order`:
+    `rank` first), so each rank's rows are one slice of it, written without a copy.
 
     pyarrow.dataset.write_dataset is not used: its background writer threads can abort the interpreter at exit
     (apache/arrow#36980) and it may write rows in any order.
@@ -164,22 +166,24 @@ def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Lo
     table = table.replace_schema_metadata({b"tracekit.table": name.encode(),
                                            b"tracekit.schema_version": str(schema.SCHEMA_VERSION).encode()})
     rank = table.column("rank")
-    ranks = sorted(r for r in pc.unique(rank).to_pylist() if r is not None)
-    masks = [(str(r), pc.equal(rank, r)) for r in ranks]
-    if rank.null_count:
-        masks.append((NULL_PARTITION, pc.is_null(rank)))
+    table = table.drop_columns(["rank"])
+    missing = rank.is_null().to_numpy(zero_copy_only=False)
+    values = pc.fill_null(rank, 0).to_numpy()
+    starts = [0, *(np.flatnonzero((values[1:] != values[:-1]) | (missing[1:] != missing[:-1])) + 1)]
     written = []
-    for value, mask in masks:
+    for start, end in zip(starts, [*starts[1:], table.num_rows]):
+        value = NULL_PARTITION if missing[start] else str(values[start])
+        part = table.slice(start, end - start)
         part_dir = storage.join(table_dir, f"rank={value}")
         path = storage.join(part_dir, "part-0.parquet")
         if not storage.is_url(path):
             # exist_ok: on a cluster, two files that claim one rank both write it before the driver, which sees
             # every claim, refuses the set (and removes the dataset being built)
             part_dir.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table.filter(mask).drop_columns(["rank"]), path)
+            pq.write_table(part, path)
         else:
             storage.make_dirs(part_dir)
             with storage.open_binary(path, "wb") as fh:
-                pq.write_table(table.filter(mask).drop_columns(["rank"]), fh)
+                pq.write_table(part, fh)
         written.append(path)
     return written

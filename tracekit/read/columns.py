@@ -8,11 +8,11 @@ invariant). `TraceParts` is one file read: its top-level keys and its entries' t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from operator import itemgetter
 
 import msgspec
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,6 +30,9 @@ from tracekit.read.entries import (
 )
 from tracekit.read.text import Cut
 from tracekit.storage import Location
+
+if TYPE_CHECKING:
+    import polars as pl  # imported where used: only entries with problems need it (bench/RESULTS.md, ingest's floor)
 
 
 def raw_text(values, nullable: bool = True) -> pa.Array:
@@ -81,17 +84,28 @@ def microseconds_to_ns(text: pa.Array) -> pa.Array:
     decimals[rows] = offsets[rows + 1] - dots - 1
     undotted = pa.StringArray.from_buffers(n, pa.py_buffer((offsets - np.searchsorted(dots, offsets)).astype(np.int32)),
                                            pa.py_buffer(np.delete(data, dots)), validity, text.null_count)
-    digits = pl.from_arrow(undotted).cast(pl.Int64, strict=False)
-    values = digits.fill_null(0).to_numpy()
+    values, parsed = _integers(undotted)
     unit = np.minimum(decimals, 3)
     largest = LARGEST_DIGITS[unit]
-    fits = digits.is_not_null().to_numpy() & (decimals <= 3) & (values <= largest) & (values >= -largest)
+    fits = parsed & (decimals <= 3) & (values <= largest) & (values >= -largest)
     ns = pa.array(values * NS_PER_UNIT[unit], mask=~fits)
     other = ~fits & text.is_valid().to_numpy(zero_copy_only=False)
     if not other.any():
         return ns
+    import polars as pl  # the rare texts only: a command that never meets one does not load polars
+
     exact = pl.DataFrame({"text": pl.from_arrow(text.filter(other))}).select(exact_ns(pl.col("text"))).to_series()
     return pc.replace_with_mask(ns, pa.array(other), exact.to_arrow().cast(pa.int64()))
+
+
+def _integers(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Integer text → (int64 values, 0 where not parsed; whether parsed): an optional sign and 1 to 18 digits
+    (within int64 whatever the digits; longer text is left to exact_ns), the rest not parsed."""
+    parsed = pc.fill_null(pc.match_substring_regex(text, r"^[+-]?[0-9]{1,18}$"), False)
+    text = pc.if_else(parsed, text, "0")
+    if pc.any(pc.starts_with(text, "+")).as_py():
+        text = pc.replace_substring_regex(text, r"^\+", "")  # Arrow's cast refuses a plus sign
+    return text.cast(pa.int64()).to_numpy(), parsed.to_numpy(zero_copy_only=False)
 
 
 def exact_ns(text: pl.Expr) -> pl.Expr:
@@ -99,6 +113,8 @@ def exact_ns(text: pl.Expr) -> pl.Expr:
 
     Plain decimals are parsed digit by digit; anything else (exponent notation) goes through float64.
     """
+    import polars as pl
+
     negative = text.str.starts_with("-")
     parts = text.str.strip_prefix("-").str.split_exact(".", 1)
     whole = parts.struct.field("field_0").cast(pl.Int64, strict=False)
@@ -238,6 +254,8 @@ def entry_tables(path: Location, text, first_id: int) -> EntryTables:
     kept = pc.and_(pc.equal(others.column("ph"), "M"), pc.is_in(others.column("name"), METADATA_NAMES))
     metadata = others.filter(pc.fill_null(kept, False)).select(METADATA_SCHEMA.names)
     if flows.num_rows < flow_table.num_rows or others.num_rows > metadata.num_rows:
+        import polars as pl
+
         bad_flows = flow_table.select(["id", "pid", "flow_id_text"]).filter(pc.invert(has_flow_id))
         dropped = _dropped(pl.from_arrow(bad_flows), pl.from_arrow(others))
         raws = raws or [bytes(r) for r in RAW_LIST.decode(text)]
@@ -261,12 +279,16 @@ def _flow_ids(values) -> tuple[pa.Array, pa.Array]:
     try:
         return pa.array(values, type=pa.int64()), pa.nulls(len(values), pa.string())  # text only matters when null
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        import polars as pl
+
         text = id_text(values)
         return pl.from_arrow(text).cast(pl.Int64, strict=False).to_arrow(), text
 
 
 def _dropped(bad_flows: pl.DataFrame, others: pl.DataFrame) -> pl.DataFrame:
     """Entries that become no row, with the reason: (id, pid, reason, detail), by id."""
+    import polars as pl
+
     meta = others.filter(pl.col("ph") == "M")
     return pl.concat([
         bad_flows.select(
@@ -356,6 +378,8 @@ def _notes(events: pa.Table, instants: pa.Table, flows: pa.Table, arg_problems: 
     if (not arg_problems and dropped is None and not repairs and not any(t.column("ts").null_count for t in timed)
             and not any(events.column(c).null_count for c in ("dur", "pid", "tid"))):
         return NOTES_SCHEMA.empty_table()
+    import polars as pl
+
     columns = ["id", "pid", "args_rank"]
     rows = [r for r, _ in arg_problems]
     arg_notes = pl.from_arrow(events.select(columns).take(pa.array(rows, pa.int64()))).select(

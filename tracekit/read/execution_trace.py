@@ -18,7 +18,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -313,6 +312,8 @@ def read_execution_trace(parsed: ParsedFile, rank: int) -> dict[str, pa.Table]:
              for p, problem in problems]
     notes += [dict(position=None, reason="et_bad_tensor", detail=f"node {node}: {problem}", dropped=False)
               for node, problem in tensor_problems]
+    import polars as pl  # imported here: `pipeline` imports this module for every ingest, which needs no polars
+
     duplicated = pl.Series(ids, dtype=pl.Int64).filter(pl.Series(ids, dtype=pl.Int64).is_duplicated()).unique()
     if duplicated.len():
         notes.append(dict(position=None, reason="et_duplicate_node_id", dropped=False,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import msgspec
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -80,14 +79,16 @@ def rank_tables(parts: TraceParts, rank: int, rank_source: str) -> FileTables:
     entries = parts.entries
     source = str(parts.path)
     with_ranks = entries.events.filter(pc.is_valid(entries.events.column("args_rank")))
-    pid_rank = pl.from_arrow(with_ranks.select(["pid", "args_rank"])).unique("pid", keep="first", maintain_order=True)
-    pid_rank = dict(zip(pid_rank["pid"].to_list(), pid_rank["args_rank"].to_list()))
+    ranked_pids = pc.unique(with_ranks.column("pid"))  # in the order first seen, null included
+    codes = pc.index_in(with_ranks.column("pid"), value_set=ranked_pids).to_numpy()
+    first_row = np.unique(codes, return_index=True)[1]
+    pid_rank = with_ranks.column("args_rank").take(pa.array(first_row)).cast(pa.int32())  # each pid's first
 
     def rank_of_pid(table: pa.Table) -> pa.Array:
-        if not pid_rank:
+        if not len(ranked_pids):
             return pa.array(np.full(table.num_rows, rank, dtype=np.int32))
-        ranks = pl.from_arrow(table.column("pid")).replace_strict(pid_rank, default=rank, return_dtype=pl.Int32)
-        return ranks.to_arrow()
+        ranks = pid_rank.take(pc.index_in(table.column("pid"), value_set=ranked_pids))
+        return pc.fill_null(ranks, pa.scalar(rank, pa.int32()))
 
     def with_rank(table: pa.Table, name: str) -> pa.Table:
         ranks = rank_of_pid(table)
@@ -189,15 +190,15 @@ def _ranks_table(parts: TraceParts, source: str, rank: int, rank_source: str, n:
     devices = top_value(parts, "deviceProperties")
     rest = [(k, v) for k, v in parts.top.items() if k not in TOP_LEVEL_COLUMNS]
     metadata = "{" + ",".join(msgspec.json.encode(k).decode() + ":" + v.decode() for k, v in rest) + "}"
-    gpu = pl.from_arrow(events.select(["rank", "kind", "device", "pid"])).filter(
-        pl.col("kind").is_in(list(schema.GPU_KINDS)))
+    gpu = events.select(["rank", "device", "pid"]).filter(pc.is_in(events.column("kind"), pa.array(schema.GPU_KINDS)))
     labels = _accelerator_labels(processes)
-    ranks = pl.from_arrow(events.column("rank")).unique().sort().to_list() or [rank]  # no events: the file's rank
+    # null first; no events: the file's rank
+    ranks = sorted(pc.unique(events.column("rank")).to_pylist(), key=lambda r: (r is not None, r)) or [rank]
     rows = []
     for r in ranks:
-        on_rank = gpu.filter(pl.col("rank").eq_missing(r))
-        used = on_rank["device"].drop_nulls().mode().sort().to_list()
-        pids = on_rank["pid"].drop_nulls().mode().sort().to_list()
+        on_rank = gpu.filter(pc.is_null(gpu.column("rank")) if r is None else pc.equal(gpu.column("rank"), r))
+        used = most_common(on_rank.column("device"))
+        pids = most_common(on_rank.column("pid"))
         rows.append(dict(
             rank=r, source_file=source, rank_source="event_args" if len(ranks) > 1 else rank_source,
             world_size=info.get("world_size") if is_rank(info.get("world_size")) else None,
@@ -211,6 +212,15 @@ def _ranks_table(parts: TraceParts, source: str, rank: int, rank_source: str, n:
             trace_metadata=metadata, trace_entries=n,
         ))
     return pa.Table.from_pylist(rows, schema=schema.RANKS.arrow_schema)
+
+
+def most_common(values: pa.ChunkedArray) -> list:
+    """The values (nulls aside) seen most often, in ascending order."""
+    counts = pc.value_counts(values.drop_null())
+    if not len(counts):
+        return []
+    top = pc.max(counts.field("counts"))
+    return sorted(counts.field("values").filter(pc.equal(counts.field("counts"), top)).to_pylist())
 
 
 def _accelerator_labels(processes: pa.Table) -> dict[tuple[int, str], str]:

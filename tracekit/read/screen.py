@@ -4,7 +4,6 @@ timestamps and durations that cannot be real nulled; each is a note."""
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -71,18 +70,38 @@ def _without_duplicates(table: pa.Table, key: list[str]) -> tuple[pa.Table, pa.T
     rows = np.flatnonzero(candidates)
     extra = ["args_rank"] if "args_rank" in table.column_names else []
     # filter, not take: take would first join the chunks of every column (the args text: the bulk of the file)
-    same = pl.from_arrow(table.select(["id", *key, *extra]).filter(pa.array(candidates))).with_row_index(
-        "row").with_columns(first=pl.col("id").min().over(key)).filter(pl.col("id") != pl.col("first"))
-    if not same.height:
+    picked = table.select(["id", *key, *extra]).filter(pa.array(candidates))
+    ids = picked.column("id").to_numpy()
+    group = _group_codes(picked, key)
+    first = np.full(group.max() + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, group, ids)
+    first = first[group]
+    later = ids != first
+    if not later.any():
         return table, NOTES_SCHEMA.empty_table()
     drop = np.zeros(table.num_rows, dtype=bool)
-    drop[rows[same["row"].to_numpy()]] = True
-    notes = same.select(
-        group=pl.lit(DUPLICATE, dtype=pl.Int8), position="id", pid="pid",
-        args_rank=pl.col("args_rank") if extra else pl.lit(None, dtype=pl.Int64), reason=pl.lit("duplicate_entry"),
-        detail=pl.format("identical to entry {} (kept): a duplicate is dropped", "first"), dropped=pl.lit(True),
-        raw=pl.lit(None, dtype=pl.String))
-    return table.filter(pa.array(~drop)), notes.to_arrow().cast(NOTES_SCHEMA)
+    drop[rows[later]] = True
+    same = picked.filter(pa.array(later))
+    n = same.num_rows
+    notes = pa.table({
+        "group": pa.repeat(pa.scalar(DUPLICATE, pa.int8()), n), "position": same.column("id"),
+        "pid": same.column("pid"),
+        "args_rank": same.column("args_rank").cast(pa.int64()) if extra else pa.nulls(n, pa.int64()),
+        "reason": pa.repeat(pa.scalar("duplicate_entry"), n),
+        "detail": [f"identical to entry {f} (kept): a duplicate is dropped" for f in first[later].tolist()],
+        "dropped": pa.repeat(pa.scalar(True), n), "raw": pa.nulls(n, pa.string())})
+    return table.filter(pa.array(~drop)), notes.cast(NOTES_SCHEMA)
+
+
+def _group_codes(table: pa.Table, columns: list[str]) -> np.ndarray:
+    """One integer per row, the same for rows equal in every column (nulls equal to nulls)."""
+    codes = []
+    for column in columns:
+        values = table.column(column).combine_chunks()
+        if pa.types.is_dictionary(values.type):
+            values = values.cast(values.type.value_type)
+        codes.append(pc.dictionary_encode(values, null_encoding="encode").indices.to_numpy())
+    return np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
 
 
 def _same_times(table: pa.Table, columns: list[str], texts: list[str]) -> np.ndarray:
@@ -113,6 +132,8 @@ def _timestamps_in_range(table: pa.Table, base: int, name: str) -> tuple[pa.Tabl
     if not pc.any(outside).as_py():
         return table, NOTES_SCHEMA.empty_table()
     what = {"events": "event", "instants": "instant", "flows": "flow endpoint"}[name]
+    import polars as pl
+
     notes = _row_notes(table.filter(outside), BAD_TIMESTAMP, "bad_timestamp", pl.format(
         "ts {} ns (baseTimeNanoseconds not added) is out of range (more than 2^61 ns before or 2^62 ns after the "
         "epoch); the {} is kept with a null ts", pl.col("ts"), pl.lit(what)))
@@ -125,6 +146,8 @@ def _possible_durations(events: pa.Table) -> tuple[pa.Table, pa.Table]:
     impossible = pc.fill_null(pc.or_(pc.less(dur, 0), pc.greater(dur, MAX_DURATION_NS)), False)
     notes = []
     if pc.any(impossible).as_py():
+        import polars as pl
+
         notes.append(_row_notes(events.filter(impossible), BAD_DURATION, "bad_duration", pl.format(
             "dur {} ns is {}; the event is kept with a null dur", pl.col("dur"),
             pl.when(pl.col("dur") < 0).then(pl.lit("negative")).otherwise(pl.lit("longer than a day")))))
@@ -132,23 +155,28 @@ def _possible_durations(events: pa.Table) -> tuple[pa.Table, pa.Table]:
     timed_gpu_op = pc.and_(pc.is_in(events.column("kind"), pa.array(GPU_OP_KINDS)),
                            pc.and_(pc.is_valid(events.column("ts")), pc.is_valid(dur)))
     rows = np.flatnonzero(timed_gpu_op.to_numpy(zero_copy_only=False))
-    gpu = pl.from_arrow(events.select(["id", "args_rank", "pid", "tid", "ts"]).filter(timed_gpu_op)).with_columns(
-        dur=pl.from_arrow(pc.filter(dur, timed_gpu_op)), row=pl.Series(rows)
-    ).sort(["args_rank", "pid", "tid", "ts", "id"], nulls_last=True)
+    gpu = events.select(["id", "args_rank", "pid", "tid", "ts"]).filter(timed_gpu_op)
     stream = ["args_rank", "pid", "tid"]
-    overrun = gpu.with_columns(
-        next_ts=pl.col("ts").shift(-1), next_id=pl.col("id").shift(-1),
-        same_stream=pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(-1)) for c in stream),
-    ).filter(pl.col("same_stream") & (pl.col("ts") + pl.col("dur") - pl.col("next_ts") > STREAM_OVERRUN_NS))
-    if overrun.height:
+    order = pc.sort_indices(gpu, sort_keys=[(c, "ascending") for c in (*stream, "ts", "id")]).to_numpy()  # nulls last
+    codes = _group_codes(gpu, stream)[order]
+    ts = gpu.column("ts").to_numpy()[order]
+    ids = gpu.column("id").to_numpy()[order]
+    gpu_dur = pc.filter(dur, timed_gpu_op).to_numpy()[order]
+    overrun_ns = ts[:-1] + gpu_dur[:-1] - ts[1:]
+    is_over = (codes[:-1] == codes[1:]) & (overrun_ns > STREAM_OVERRUN_NS)
+    if is_over.any():
+        import polars as pl  # the notes' text only: a trace without such an op does not load polars
+
+        overrun = pl.DataFrame({"id": ids[:-1][is_over], "overrun": overrun_ns[is_over],
+                                "next_id": ids[1:][is_over]})
         over = np.zeros(events.num_rows, dtype=bool)
-        over[overrun["row"].to_numpy()] = True
+        over[rows[order[:-1][is_over]]] = True
         notes.append(_row_notes(events.filter(pa.array(over)).set_column(
             events.column_names.index("dur"), "dur", pc.filter(dur, pa.array(over))), BAD_DURATION, "bad_duration",
             pl.format("dur {} ns runs {} ns past the start of the next op on its stream, entry {} (work on a stream "
                       "runs in order: a corrupt dur); the event is kept with a null dur", pl.col("dur"),
                       pl.col("overrun"), pl.col("next_id")),
-            extra=overrun.select("id", overrun=pl.col("ts") + pl.col("dur") - pl.col("next_ts"), next_id="next_id")))
+            extra=overrun))
         dur = pc.if_else(pa.array(over), pa.scalar(None, pa.int64()), dur)
     if not notes:
         return events, NOTES_SCHEMA.empty_table()
@@ -164,6 +192,8 @@ def _file_note(group: int, reason: str, detail: str) -> pa.Table:
 def _row_notes(rows: pa.Table, group: int, reason: str, detail: pl.Expr, extra: pl.DataFrame | None = None
                ) -> pa.Table:
     """Notes (NOTES_SCHEMA) on these rows of a timed table: kept rows, so not dropped."""
+    import polars as pl
+
     frame = pl.from_arrow(rows.select([c for c in ("id", "pid", "args_rank", "ts", "dur") if c in rows.column_names]))
     if extra is not None:
         frame = frame.join(extra, on="id", how="left")
