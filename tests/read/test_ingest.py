@@ -184,6 +184,18 @@ def test_dataset_round_trip_is_partitioned_by_rank(tmp_path):
     assert n == original.events.num_rows
 
 
+def test_partitions_refuse_rows_not_grouped_by_rank(tmp_path):
+    """A rank split over two slices would write its file twice, the second over the first: refused, not lost."""
+    import pyarrow as pa
+
+    from tracekit.output.dataset import write_partitions
+
+    table = pa.table({"rank": pa.array([0, 1, 0], pa.int32()), "id": pa.array([1, 2, 3], pa.int64())})
+    with pytest.raises(ValueError, match="not grouped by rank"):
+        write_partitions("events", table, tmp_path / "events")
+    assert write_partitions("events", table.take([0, 2, 1]), tmp_path / "events")[-1].parent.name == "rank=1"
+
+
 def test_schema_doc_is_generated_from_schema_module():
     assert (REPO / "docs" / "schema.md").read_text() == schema.markdown()
 

@@ -153,8 +153,6 @@ def in_key_order(name: str, table: pa.Table) -> pa.Table:
     return table.take(order)
 
 
-
-
 def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Location]:
     """One Parquet file per rank (rows in the table's order, `rank` in the directory name only), its footer naming
     the table and the schema version for readers that never see the marker. TABLE is in key order (`in_key_order`:
@@ -170,6 +168,9 @@ def write_partitions(name: str, table: pa.Table, table_dir: Location) -> list[Lo
     missing = rank.is_null().to_numpy(zero_copy_only=False)
     values = pc.fill_null(rank, 0).to_numpy()
     starts = [0, *(np.flatnonzero((values[1:] != values[:-1]) | (missing[1:] != missing[:-1])) + 1)]
+    # a rank in two slices would write its file twice, the second over the first
+    if len({(missing[s], values[s]) for s in starts}) < len(starts):
+        raise ValueError(f"{name}: rows not grouped by rank; write_partitions takes a table in_key_order")
     written = []
     for start, end in zip(starts, [*starts[1:], table.num_rows]):
         value = NULL_PARTITION if missing[start] else str(values[start])
