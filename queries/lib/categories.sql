@@ -110,13 +110,16 @@ create or replace macro kernel_category(name, kind) as
             then 'convolution'
         when regexp_matches(name, '(?i)embedding') and not regexp_matches(name, '(?i)rotary') then 'embedding'
         when regexp_matches(regexp_replace(name, '(?i)fbgemm', '', 'g'),
-                            '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma')
+                            -- bmm_: TensorRT-LLM's batched GEMMs (bmm_MxE4m3_MxE2m1..., MoE experts on Blackwell)
+                            '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma|^bmm_')
             then 'GEMM'
         when regexp_matches(name, '(?i)norm(zero|one|two|inf|minusinf)?ops|lpnorm') then 'reduction'
         when regexp_matches(name, '(?i)norm|rowwisemoments|welford|gammabeta|(^|[^a-z])bn_(fw|bw)')
             then 'normalization'
         when regexp_matches(name, '(?i)reduce|softmax|triton_red_|triton_per_|scan_kernel|cumsum') then 'reduction'
-        when regexp_matches(name, '(?i)elementwise|vectorized|unrolled|pointwise|triton_poi_|foreach|fill|copy')
+        when regexp_matches(name, '(?i)elementwise|vectorized|unrolled|pointwise|triton_poi_|foreach|fill|copy'
+                                  -- the fused and foreach optimizers' kernels (multi_tensor_apply_kernel<..., AdamFunctor>)
+                                  || '|multi_tensor_apply')
             then 'elementwise'
         else 'other'
     end;

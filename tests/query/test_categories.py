@@ -308,3 +308,14 @@ def test_diff_categories_move_the_same_way_in_total_and_per_step():
     assert rows.height > 0
     for row in rows.iter_rows(named=True):
         assert row["effect_direct_kernel_ms"] * row["delta_direct_kernel_ms"] > 0, row
+
+
+def test_moe_batched_gemms_and_optimizer_kernels_have_their_category():
+    """Kernels named as in the shared traces: TensorRT-LLM's FP8×FP4 expert GEMMs on B200 (44% of that trace's GPU
+    time, once called other) and the fused Adam's multi_tensor_apply kernels on A100 (38 ms a step)."""
+    moe_gemm = "bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_transOut"
+    adam = ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>, float, float, float, float, "
+            "float, float, adamMode_t, float>(long, int volatile*, TensorListMetadata<4>, AdamFunctor<float>)")
+    got = catalog.sql(tracekit.TraceTables(), f"select kernel_category('{moe_gemm}', 'kernel'), "
+                                              f"kernel_category('{adam}', 'kernel')")
+    assert got.row(0) == ("GEMM", "elementwise")
