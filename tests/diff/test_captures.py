@@ -21,6 +21,9 @@ from tracekit.synth.job import SynthConfig
 
 JOB = dict(ranks=1, steps=6, seed=3, scale=0.4)
 GEMM = "gemm"  # a substring of the synth job's GEMM kernels: most of a step's GPU time
+# What a test that asserts the headline (step time) only compares: the other sections cannot change it.
+STEP_TIME = {"step_time": diff.SECTIONS["step_time"]}
+ASSERTED = {**STEP_TIME, "kernels": diff.SECTIONS["kernels"]}  # what the tests of the summarised captures assert
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -68,7 +71,7 @@ def captures(tmp_path_factory):
     for name, (seeds, options) in plan.items():
         for seed in seeds:
             synth.generate(root / name / f"c{seed}", noise_seed=seed, **JOB, **options)
-        sides[name] = [diff.summarize(tracekit.load(root / name / f"c{s}"), f"{name}/c{s}") for s in seeds]
+        sides[name] = [diff.summarize(tracekit.load(root / name / f"c{s}"), f"{name}/c{s}", ASSERTED) for s in seeds]
     return root, sides
 
 
@@ -96,12 +99,12 @@ def test_drift_makes_single_capture_verdicts_but_not_block_verdicts(captures):
                if abs(factors[c] / factors[b] - 1) > 0.03]
     assert len(drifted) >= 2
     for b, c, ratio in drifted:
-        single = diff.compare(sides["base"][b], sides["same"][c - 3])
+        single = diff.compare(sides["base"][b], sides["same"][c - 3], sections=STEP_TIME)
         assert single.headline()["verdict"] == ("slower" if ratio > 1 else "faster")
         assert single.settings.method == diff.STEPS and "unmeasured" in single.variance_note
     # Captures as blocks: the same job is not called slower or faster, and the interval is Welch's on the
     # per-capture medians of the ground truth.
-    result = diff.compare(sides["base"], sides["same"])
+    result = diff.compare(sides["base"], sides["same"], sections=STEP_TIME)
     head = result.headline()
     expected = welch(capture_medians(root, "base"), capture_medians(root, "same"))
     for column in ("effect", "ci_low", "ci_high"):
@@ -113,7 +116,7 @@ def test_drift_makes_single_capture_verdicts_but_not_block_verdicts(captures):
 
 def test_a_true_slowdown_is_slower_through_the_drift(captures):
     root, sides = captures
-    result = diff.compare(sides["base"], sides["slow"])
+    result = diff.compare(sides["base"], sides["slow"], sections=ASSERTED)
     head = result.headline()
     expected = welch(capture_medians(root, "base"), capture_medians(root, "slow"))
     assert head["ci_low"] == pytest.approx(expected["ci_low"], rel=1e-6) and expected["ci_low"] > 0
@@ -124,7 +127,7 @@ def test_a_true_slowdown_is_slower_through_the_drift(captures):
 
 def test_a_true_no_change_is_no_change(captures):
     root, sides = captures
-    head = diff.compare(sides["steady_a"], sides["steady_b"]).headline()
+    head = diff.compare(sides["steady_a"], sides["steady_b"], sections=STEP_TIME).headline()
     expected = welch(capture_medians(root, "steady_a"), capture_medians(root, "steady_b"))
     floor = 0.01 * max(np.median(capture_medians(root, n)) for n in ("steady_a", "steady_b"))
     assert -floor <= expected["ci_low"] and expected["ci_high"] <= floor  # the truth: within the practical floor
@@ -171,7 +174,7 @@ def test_cli_sides_split_by_double_dash_and_the_single_capture_note(captures):
     at = next(i for i, line in enumerate(lines) if line.startswith("step time"))
     assert "95% CI (alpha 0.05 per measure, no multiple-comparison correction)" in lines[at]
     assert "run-to-run variance is unmeasured" in lines[at + 1] and "A1 A2 ... -- B1 B2 ..." in lines[at + 1]
-    as_json = diff.compare(captures[1]["base"][0], captures[1]["same"][0]).as_dict()
+    as_json = diff.compare(captures[1]["base"][0], captures[1]["same"][0], sections=STEP_TIME).as_dict()
     assert as_json["run_to_run_variance"] == "unmeasured" and "unmeasured" in as_json["headline"]["note"]
 
 
@@ -236,7 +239,8 @@ def test_runs_of_different_world_sizes_are_named_and_collectives_compared_by_rol
     document = json.loads(out.stdout)
     assert "world size differs: two 2, four 4" in document["mismatches"]
     assert any(m.startswith("rank set differs: two 0,1, four 0-3") for m in document["mismatches"])
-    result = diff.compare(tracekit.load(tmp_path / "two"), tracekit.load(tmp_path / "four"), labels=("two", "four"))
+    result = diff.compare(tracekit.load(tmp_path / "two"), tracekit.load(tmp_path / "four"), labels=("two", "four"),
+                          sections={name: diff.SECTIONS[name] for name in ("collectives", "collective_roles")})
     roles = result.sections["collective_roles"].filter(pl.col("rank").is_null())
     assert roles.height and set(roles["role"]) == {"default_pg"}
     assert not set(roles["verdict"]) & {"added", "removed"}  # exact-size rows are; roles still match
@@ -292,8 +296,9 @@ def test_the_diff_compares_the_steps_the_report_counts():
             0, named=True)
         steps = db.sql("select step, steady from steps order by step")
     assert stats["steps_left_out"] >= 1  # the premise: a step the report does not count
-    side = diff.summarize(tables, "a100")
-    head = diff.compare(side, side).headline()
+    side = diff.summarize(tables, "a100", STEP_TIME)
+    result = diff.compare(side, side, sections=STEP_TIME)
+    head = result.headline()
     assert head["n_base"] == stats["steps"] and head["base"] == pytest.approx(stats["median"], rel=1e-9)
-    left_out = diff.compare(side, side).warmup[0][1]
+    left_out = result.warmup[0][1]
     assert list(left_out) == steps.filter(~pl.col("steady"))["step"].to_list()

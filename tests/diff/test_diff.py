@@ -55,6 +55,11 @@ def noisy_ops(seed: int, steps: int = 6, slow: dict[str, float] | None = None, s
     return pl.DataFrame(rows, schema_overrides={"rank": pl.Int32})
 
 
+# The sections a hand-built side has measures in (the others compare nothing): what its many-pair tests compare.
+HAND_BUILT = {name: diff.SECTIONS[name] for name in ("step_time", "gpu_timeline", "ops")}
+STEP_TIME = {"step_time": diff.SECTIONS["step_time"]}
+
+
 def op_row(result: diff.DiffResult, name: str) -> dict:
     return result.sections["ops"].filter(pl.col("name") == name).row(0, named=True)
 
@@ -177,7 +182,8 @@ def exact_verdict(base: list[float], cand: list[float], floor_percent: float = 1
 def test_same_configuration_gives_verdicts_at_most_at_the_level():
     judged = called = 0
     for seed in range(20):
-        result = diff.compare(side_from_steps("a", noisy_ops(seed)), side_from_steps("b", noisy_ops(seed + 100)))
+        result = diff.compare(side_from_steps("a", noisy_ops(seed)), side_from_steps("b", noisy_ops(seed + 100)),
+                              sections=HAND_BUILT)
         verdict = result.measures.filter(pl.col("verdict").is_not_null())["verdict"]
         judged += verdict.len()
         called += verdict.is_in(["slower", "faster"]).sum()
@@ -427,12 +433,19 @@ def launchers_of_slowed_kernel(root) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def slowed_diff(synth_runs):
-    return diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "slow"))
+def synth_sides(synth_runs):
+    """The runs summarised once, labelled as `compare` labels tables (base, cand)."""
+    return {name: diff.summarize(tracekit.load(synth_runs / name), label)
+            for name, label in (("base", "base"), ("same", "cand"), ("slow", "cand"))}
 
 
-def test_two_captures_of_one_job_give_almost_no_verdicts(synth_runs):
-    result = diff.compare(tracekit.load(synth_runs / "base"), tracekit.load(synth_runs / "same"))
+@pytest.fixture(scope="module")
+def slowed_diff(synth_sides):
+    return diff.compare(synth_sides["base"], synth_sides["slow"])
+
+
+def test_two_captures_of_one_job_give_almost_no_verdicts(synth_sides):
+    result = diff.compare(synth_sides["base"], synth_sides["same"])
     judged = result.measures.filter(pl.col("decides") & pl.col("verdict").is_not_null())
     called = judged.filter(pl.col("verdict").is_in(["slower", "faster"]))
     assert judged.height > 100
@@ -464,9 +477,16 @@ def test_regression_gate_on_the_synthetic_slowdown(synth_runs, slowed_diff):
     assert slowed_diff.regressed(40, "op:aten::_softmax") and not slowed_diff.regressed(60, "op:aten::_softmax")
 
 
-def test_cli_passes_the_gate_on_a_second_capture(synth_runs):
-    out = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "same"),
-                                    "--fail-on-regression", "0"], env={"COLUMNS": "160"})
+@pytest.fixture(scope="module")
+def gated_cli_run(synth_runs, tmp_path_factory):
+    """`tracekit diff` of two captures of one job with a gate and a workbook: (the run, the workbook's path)."""
+    path = tmp_path_factory.mktemp("gated") / "d.xlsx"
+    return CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "same"),
+                                     "--fail-on-regression", "0", "-o", str(path)], env={"COLUMNS": "160"}), path
+
+
+def test_cli_passes_the_gate_on_a_second_capture(gated_cli_run):
+    out, _ = gated_cli_run
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("step time"))
@@ -476,9 +496,9 @@ def test_cli_passes_the_gate_on_a_second_capture(synth_runs):
     assert "run-to-run variance is unmeasured" in lines[at + 1] and "-- B1 B2" in lines[at + 1]
 
 
-def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, tmp_path):
+def test_an_ingested_dataset_diffs_like_its_traces(synth_runs, synth_sides, tmp_path):
     tracekit.write_dataset(tracekit.load(synth_runs / "base"), tmp_path / "base.tables")
-    result = diff.compare(tracekit.load(tmp_path / "base.tables"), tracekit.load(synth_runs / "base"))
+    result = diff.compare(tracekit.load(tmp_path / "base.tables"), synth_sides["base"])
     assert result.measures.height > 500
     assert result.measures.filter(pl.col("delta") != 0).height == 0
     # No measure with per-step values is called (identical steps); GPU time with no launcher has none.
@@ -502,7 +522,8 @@ def test_noisy_candidate_whose_steps_all_exceed_the_baseline_is_slower(tmp_path)
     headline = next(line for line in out.output.splitlines() if line.startswith("step time"))
     assert headline.endswith("slower") and "p=0.0022, 6 vs 6 steps" in headline, out.output  # 2/924
     assert out.exit_code == 1 and "regression: step_time" in out.output
-    head = diff.compare(tracekit.load(tmp_path / "base"), tracekit.load(tmp_path / "cand")).headline()
+    head = diff.compare(tracekit.load(tmp_path / "base"), tracekit.load(tmp_path / "cand"),
+                        sections=STEP_TIME).headline()
     expected = exact_rank_test(base_ms, cand_ms)
     assert head["effect"] == pytest.approx(expected["effect"], rel=1e-6)
     assert head["ci_low"] == pytest.approx(expected["ci_low"], rel=1e-6) and head["ci_low"] > 0
@@ -546,13 +567,11 @@ def test_workbook_lists_what_exists_on_one_side_only(tmp_path):
     assert rows == {("aten::bmm", "after"), ("aten::relu", "before")}
 
 
-def test_cli_writes_the_workbook(synth_runs, tmp_path):
-    out = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "slow"),
-                                    "-o", str(tmp_path / "d.xlsx")])
+def test_cli_writes_the_workbook(synth_runs, gated_cli_run):
+    out, path = gated_cli_run
     assert out.exit_code == 0, out.output
-    assert (tmp_path / "d.xlsx").is_file() and "wrote" in out.output
-    again = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "slow"),
-                                      "-o", str(tmp_path / "d.xlsx")])
+    assert path.is_file() and f"wrote {path}" in out.output
+    again = CliRunner().invoke(main, ["diff", str(synth_runs / "base"), str(synth_runs / "slow"), "-o", str(path)])
     assert again.exit_code == 2 and "--force" in again.output
 
 

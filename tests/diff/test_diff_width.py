@@ -34,9 +34,22 @@ def diff(runs, columns: int, *extra: str) -> str:
     return result.stdout
 
 
-def top_items(runs) -> list[str]:
+@pytest.fixture(scope="module")
+def document(runs) -> str:
+    """The JSON in a terminal NARROW wide."""
+    return diff(runs, NARROW, "--format", "json")
+
+
+@pytest.fixture(scope="module")
+def narrow(runs) -> tuple[str, bytes]:
+    """The table in a terminal NARROW wide, and the workbook the same run writes."""
+    text = diff(runs, NARROW, "-o", str(runs / "narrow.xlsx"))
+    return text, (runs / "narrow.xlsx").read_bytes()
+
+
+def top_items(document: str) -> list[str]:
     """The top changes' items whole, from the JSON (which the table's width never touches)."""
-    return [c["item"] for c in json.loads(diff(runs, NARROW, "--format", "json"))["changes"]]
+    return [c["item"] for c in json.loads(document)["changes"]]
 
 
 def table_items(text: str) -> list[str]:
@@ -45,11 +58,11 @@ def table_items(text: str) -> list[str]:
     return [row.split(" ", 1)[1].split("   ")[0].rsplit(" (", 1)[0] for row in rows]
 
 
-def test_long_names_alike_but_in_the_middle_stay_distinct_in_a_narrow_terminal(runs):
-    whole = top_items(runs)
+def test_long_names_alike_but_in_the_middle_stay_distinct_in_a_narrow_terminal(narrow, document):
+    whole = top_items(document)
     elementwise = [n for n in whole if n.startswith("void at::native::vectorized_elementwise_kernel<4, ")]
     assert len(set(elementwise)) >= 2 and min(map(len, elementwise)) > NARROW, "the pair has no such names"
-    text = diff(runs, NARROW)
+    text = narrow[0]
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("top changes"))
     table = lines[start:lines.index("names shortened to the terminal's width (--wide prints them whole)")]
@@ -60,14 +73,14 @@ def test_long_names_alike_but_in_the_middle_stay_distinct_in_a_narrow_terminal(r
     assert all(s == n if len(n) <= len(s) else "…" in s for s, n in zip(shown, whole))
 
 
-def test_wide_prints_names_whole(runs):
+def test_wide_prints_names_whole(runs, document):
     text = diff(runs, NARROW, "--wide")
-    assert table_items(text) == top_items(runs)
+    assert table_items(text) == top_items(document)
     assert "--wide" not in text
 
 
-def test_width_changes_neither_the_json_nor_the_workbook(runs, tmp_path):
-    assert diff(runs, 40, "--format", "json") == diff(runs, 300, "--format", "json", "--wide")
-    diff(runs, 40, "-o", str(tmp_path / "narrow.xlsx"))
-    diff(runs, 300, "--wide", "-o", str(tmp_path / "wide.xlsx"))
-    assert (tmp_path / "narrow.xlsx").read_bytes() == (tmp_path / "wide.xlsx").read_bytes()
+def test_width_changes_neither_the_json_nor_the_workbook(runs, document, narrow, tmp_path):
+    # JSON and workbook from one run (with -o, JSON's "wrote" goes to standard error): against the NARROW ones
+    wide = diff(runs, 300, "--format", "json", "--wide", "-o", str(tmp_path / "wide.xlsx"))
+    assert wide == document
+    assert (tmp_path / "wide.xlsx").read_bytes() == narrow[1]

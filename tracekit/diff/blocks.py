@@ -81,7 +81,10 @@ def t_quantile(prob: float, df: np.ndarray) -> np.ndarray:
     for _ in range(80):
         mid = (low + high) / 2
         below = incomplete_beta(mid, df / 2, 0.5) < tail
-        low, high = np.where(below, mid, low), np.where(below, high, mid)
+        bracket = np.where(below, mid, low), np.where(below, high, mid)
+        if np.array_equal(bracket[0], low) and np.array_equal(bracket[1], high):
+            break  # converged everywhere (adjacent floats): every further step would repeat this one
+        low, high = bracket
     x = (low + high) / 2
     return np.sqrt(df * (1 - x) / x)
 

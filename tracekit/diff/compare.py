@@ -3,6 +3,7 @@ section by section, match them (queries/diff/compare.sql) and judge each match (
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import polars as pl
@@ -167,7 +168,8 @@ def compare(base: Run | Sequence[Run], cand: Run | Sequence[Run], alpha: float =
     # run gives the same bits every time.
     with connection.connect(threads=1) as con:
         con.register("coverage", coverage(sides["base"], sides["cand"]))
-        compared = {name: compare_section(con, section, sides, warmup, settings) for name, section in sections.items()}
+        matched = {name: matched_section(con, section, sides, warmup, settings) for name, section in sections.items()}
+    compared = {name: mark_deciders(sections[name], frame) for name, frame in judged(matched, settings).items()}
     measures = pl.concat([long_form(section, compared[name]) for name, section in sections.items()])
     frames = {name: wide_form(section, compared[name], attributes(section, sides["cand"] + sides["base"]))
               for name, section in sections.items()}
@@ -206,8 +208,9 @@ def coverage(base: list[Side], cand: list[Side]) -> pl.DataFrame:
             .select("rank", scale=pl.col("steps") / pl.col("steps_cand")))
 
 
-def compare_section(con, section: Section, sides: dict[str, list[Side]], warmup: dict[str, list[tuple[int, ...]]],
+def matched_section(con, section: Section, sides: dict[str, list[Side]], warmup: dict[str, list[tuple[int, ...]]],
                     settings: Settings) -> pl.DataFrame:
+    """The section's measures of both sides, matched (queries/diff/compare.sql), not yet judged."""
     for name, captures in sides.items():
         frames = [section.measures(con, side, section, left_out) for side, left_out in zip(captures, warmup[name])]
         frame = frames[0] if len(frames) == 1 else pooled_captures(section, frames)
@@ -217,8 +220,7 @@ def compare_section(con, section: Section, sides: dict[str, list[Side]], warmup:
          for m in section.metrics],
         orient="row", schema={"metric": pl.String, "direction": pl.Int32, "aggregation": pl.String,
                               "abs_floor": pl.Float64, "floor_percent": pl.Float64}))
-    matched = pl.from_arrow(catalog.run_stage(con, ["diff/compare"])["compare"])
-    return mark_deciders(section, judged(matched, settings))
+    return pl.from_arrow(catalog.run_stage(con, ["diff/compare"])["compare"])
 
 
 def host_time(metric: Metric, sides: dict[str, list[Side]]) -> bool:
@@ -247,20 +249,26 @@ def pooled_captures(section: Section, frames: list[pl.DataFrame]) -> pl.DataFram
         .then(pl.concat_list("samples", pl.lit(0.0).repeat_by(absent))).otherwise("samples"))
 
 
-def judged(matched: pl.DataFrame, settings: Settings) -> pl.DataFrame:
-    """The matched measures with the shift, its confidence interval, the test's p-value and the verdict: per step
-    (verdicts.shift_tests) with one capture a side, per capture (blocks.capture_tests) with several; the floor is
-    floor_percent of the larger per-step (per-capture) median, at least abs_floor; a change is called only beyond the
-    metric's own floor (Settings.floor_percent_of: the host floor for host times with one capture a side)."""
-    matched = matched.with_columns(samples(matched[name]) for name in ("base_samples", "cand_samples"))
+def judged(matched: dict[str, pl.DataFrame], settings: Settings) -> dict[str, pl.DataFrame]:
+    """Each section's matched measures with the shift, its confidence interval, the test's p-value and the verdict:
+    per step (verdicts.shift_tests) with one capture a side, per capture (blocks.capture_tests) with several; the
+    floor is floor_percent of the larger per-step (per-capture) median, at least abs_floor; a change is called only
+    beyond the metric's own floor (Settings.floor_percent_of: the host floor for host times with one capture a side).
+    The test runs once over every section's rows (elementwise, so a row's result is the same either way): its cost is
+    mostly per call (the t quantile's bisection), not per row."""
+    matched = {name: frame.with_columns(samples(frame[column]) for column in ("base_samples", "cand_samples"))
+               for name, frame in matched.items()}
     test = verdicts.shift_tests if settings.method == STEPS else capture_tests
-    stats = test(matched["base_samples"].to_list(), matched["cand_samples"].to_list(), settings.alpha)
+    stats = test([s for frame in matched.values() for s in frame["base_samples"].to_list()],
+                 [s for frame in matched.values() for s in frame["cand_samples"].to_list()], settings.alpha)
     scale = pl.max_horizontal(pl.col("base_samples").list.median().abs(), pl.col("cand_samples").list.median().abs())
     floor = pl.max_horizontal(settings.floor_percent / 100 * scale, pl.col("abs_floor"))
     call_floor = pl.max_horizontal(pl.col("floor_percent") / 100 * scale, pl.col("abs_floor"))
-    return (pl.concat([matched, stats], how="horizontal")
-            .with_columns(verdict=verdicts.verdict(pl.col("direction"), floor, call_floor))
-            .drop("base_samples", "cand_samples", "direction", "abs_floor", "floor_percent"))
+    starts = itertools.accumulate((frame.height for frame in matched.values()), initial=0)
+    return {name: (pl.concat([frame, stats.slice(start, frame.height)], how="horizontal")
+                   .with_columns(verdict=verdicts.verdict(pl.col("direction"), floor, call_floor))
+                   .drop("base_samples", "cand_samples", "direction", "abs_floor", "floor_percent"))
+            for (name, frame), start in zip(matched.items(), starts)}
 
 
 def samples(column: pl.Series) -> pl.Series:
