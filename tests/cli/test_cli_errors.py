@@ -35,9 +35,9 @@ class BadInput:
     path: Path  # the path given on the command line
 
 
-def make_dataset(root: Path, good: Path, name: str) -> Path:
+def make_dataset(root: Path, good: tracekit.TraceTables, name: str) -> Path:
     path = root / name
-    tracekit.write_dataset(tracekit.load(good), path)
+    tracekit.write_dataset(good, path)
     return path
 
 
@@ -51,6 +51,7 @@ def good_trace(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory, good_trace) -> dict[str, BadInput]:
     root = tmp_path_factory.mktemp("bad")
+    good = tracekit.load(good_trace)  # each bad dataset starts as this trace's dataset
     found: list[BadInput] = []
 
     def add(name: str, needle: str, path: Path):
@@ -84,17 +85,17 @@ def bad_inputs(tmp_path_factory, good_trace) -> dict[str, BadInput]:
     add("unreadable", "permission denied", UNREADABLE)
     add("name_too_long", "file name too long", root / ("t" * 300 + ".json"))
 
-    corrupt = make_dataset(root, good_trace, "corrupt_parquet.tables")
+    corrupt = make_dataset(root, good, "corrupt_parquet.tables")
     next((corrupt / "events").rglob("*.parquet")).write_bytes(b"PAR1 this is not parquet")
     add("dataset_corrupt_parquet", "not a readable Parquet file", corrupt)
-    marker = make_dataset(root, good_trace, "corrupt_marker.tables")
+    marker = make_dataset(root, good, "corrupt_marker.tables")
     (marker / "_tracekit.json").write_text("{not json")
     add("dataset_corrupt_marker", "_tracekit.json: not valid JSON", marker)
-    newer = make_dataset(root, good_trace, "newer.tables")
+    newer = make_dataset(root, good, "newer.tables")
     manifest = json.loads((newer / "_tracekit.json").read_text())
     (newer / "_tracekit.json").write_text(json.dumps({**manifest, "schema_version": 99}))
     add("dataset_newer_format", "schema version 99", newer)
-    incomplete = make_dataset(root, good_trace, "incomplete.tables")
+    incomplete = make_dataset(root, good, "incomplete.tables")
     shutil.rmtree(incomplete / "edges")
     add("dataset_missing_table", "incomplete or was altered", incomplete)
     return {b.name: b for b in found}
@@ -211,7 +212,6 @@ def test_odd_query_arguments_answer(name, good_trace):
     assert len(query) > 255 or "\n" in query
     kernels = sum(1 for e in json.loads(good_trace.read_text())["traceEvents"]
                   if e.get("ph") == "X" and e.get("cat") == "kernel")
-    result = subprocess.run([sys.executable, "-m", "tracekit.cli", "sql", query, str(good_trace), "--format", "csv"],
-                            capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
+    result = CliRunner().invoke(main, ["sql", query, str(good_trace), "--format", "csv"])
+    assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["n", str(kernels)]

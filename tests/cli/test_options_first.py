@@ -1,19 +1,14 @@
 """Every option is checked before any work: a bad option is the error even when the input would take minutes to
-read (here the input does not exist, so an option checked late would be reported as the missing input instead)."""
+read (here the input does not exist, so an option checked late would be reported as the missing input instead).
+In process (click's CliRunner): the order of the checks is the point here, not the process (tests/cli/test_cli_errors
+runs real processes)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from click.testing import CliRunner
 
-from tests.conftest import REPO
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracekit.cli", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300, check=False)
+from tracekit.cli import main
 
 
 CASES = {
@@ -38,7 +33,8 @@ CASES = {
 def test_a_bad_option_is_reported_before_the_input_is_read(case, tmp_path):
     template, needle = CASES[case]
     args = [a.format(missing=tmp_path / "missing.json", tmp=tmp_path) for a in template]
-    result = run_cli(*args)
-    assert result.returncode == 2, result.stderr
+    result = CliRunner().invoke(main, args)
+    assert isinstance(result.exception, SystemExit), result.exception  # no other exception escaped
+    assert result.exit_code == 2, result.stderr
     assert needle in result.stderr and "missing.json" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

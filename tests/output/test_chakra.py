@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from collections import defaultdict, deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -20,6 +21,7 @@ from tests.conftest import shared_trace
 from tests.support.categories import communication_kernel
 from tracekit import synth
 from tracekit.cli import main
+from tracekit.engine.tables import TraceTables
 from tracekit.output import chakra
 from tracekit.pipeline import load
 
@@ -38,6 +40,30 @@ def et_def(tmp_path_factory):
         return importlib.import_module("et_def_pb2")
     finally:
         sys.path.remove(str(out))
+
+
+@dataclass(frozen=True)
+class Exported:
+    tables: TraceTables
+    result: chakra.ChakraExport
+    out: Path  # the folder written
+    paths: dict[int, Path]  # rank → its .et file
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """A shared trace loaded, and exported with the defaults (prefix "job"), once for the module: several tests read
+    the same trace's export. Tables are never changed in place, so the tests may share them."""
+    done = {}
+
+    def get(trace: str) -> Exported:
+        if trace not in done:
+            tables = load([shared_trace(trace)])
+            out = tmp_path_factory.mktemp("export")
+            result = chakra.write_chakra(tables, out, prefix="job")
+            done[trace] = Exported(tables, result, out, by_rank(result.paths))
+        return done[trace]
+    return get
 
 
 def read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -86,9 +112,12 @@ def is_acyclic(nodes) -> bool:
     return done == len(nodes)
 
 
-def export(tables, out: Path) -> dict[int, Path]:
-    paths = chakra.write_chakra(tables, out, prefix="job").paths
+def by_rank(paths) -> dict[int, Path]:
     return {int(p.name.split(".")[1]): p for p in paths}
+
+
+def export(tables, out: Path) -> dict[int, Path]:
+    return by_rank(chakra.write_chakra(tables, out, prefix="job").paths)
 
 
 def check_graph(et_def, tables, paths: dict[int, Path]) -> dict:
@@ -205,9 +234,9 @@ def test_synth_expert_parallel_job(et_def, tmp_path):
             ("void vllm::cross_device_reduce_1stage", et_def.ALL_REDUCE)} <= types
 
 
-def test_dlrm_8_ranks(et_def, tmp_path):
-    tables = load([shared_trace("multirank/dlrm_8ranks_v100")])
-    paths = export(tables, tmp_path)
+def test_dlrm_8_ranks(et_def, exports):
+    dlrm = exports("multirank/dlrm_8ranks_v100")
+    tables, paths = dlrm.tables, dlrm.paths
     counts = check_graph(et_def, tables, paths)
     assert len(paths) == 8
     assert counts["collectives"] == 8 * 8  # 8 NCCL kernels per rank (MANIFEST)
@@ -276,12 +305,11 @@ def gemm_ops(shapes: list, name: str) -> int | None:
 
 @pytest.mark.parametrize("trace", ["multirank/dlrm_8ranks_v100", "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
                                    "nvidia/a100_trainer_rank0of16_cudagraph.json.gz"])
-def test_every_collective_has_type_size_and_group(et_def, tmp_path, trace):
+def test_every_collective_has_type_size_and_group(et_def, exports, trace):
     """DLRM: every collective has args; MI300X: ncclDevKernel_Generic kernels queued before the window (no args, no
     launch call); A100 trainer: SendRecv kernels replayed from a CUDA graph. Each gets the three attributes, and a
     kernel with no collective args and no launch call in the trace says what was inferred."""
-    tables = load([shared_trace(trace)])
-    exported = chakra.write_chakra(tables, tmp_path, prefix="job")
+    tables, exported = exports(trace).tables, exports(trace).result
     events = pl.from_arrow(tables.events)
     correlations_called = set(events.filter(pl.col("kind").is_in(["runtime", "driver"]))["correlation"].drop_nulls())
     inferred_nodes = 0
@@ -303,14 +331,14 @@ def test_every_collective_has_type_size_and_group(et_def, tmp_path, trace):
     assert inferred_nodes > 0
 
 
-def test_process_groups_are_ids_from_1_with_their_file(et_def, tmp_path):
+def test_process_groups_are_ids_from_1_with_their_file(et_def, exports):
     """MI300X ResNet: PyTorch's default group "0" (distributedInfo.pg_config: ranks 0-7) is written as pg_name "1",
     and PREFIX.comm_groups.json, ASTRA-sim's --comm-group-configuration, has {"1": [0..7]}; nodes whose group the
     trace does not say keep '' (every rank). Every pg_name is '' or a key of the file, and no key is below 1."""
-    tables = load([shared_trace("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")])
-    exported = chakra.write_chakra(tables, tmp_path, prefix="job")
-    groups = json.loads((tmp_path / "job.comm_groups.json").read_text())
-    assert exported.groups_path == tmp_path / "job.comm_groups.json"
+    resnet = exports("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")
+    exported = resnet.result
+    groups = json.loads((resnet.out / "job.comm_groups.json").read_text())
+    assert exported.groups_path == resnet.out / "job.comm_groups.json"
     assert groups == {"1": list(range(8))}
     _, nodes = decode(et_def, exported.paths[0])
     names = [attrs(n)["pg_name"] for n in comm_nodes(et_def, nodes)]
@@ -324,13 +352,13 @@ def test_process_groups_are_ids_from_1_with_their_file(et_def, tmp_path):
     assert set(notes["stage"]) == {"export"} and not notes["dropped"].any()
 
 
-def test_compute_nodes_carry_the_op_model(et_def, tmp_path):
+def test_compute_nodes_carry_the_op_model(et_def, exports):
     """DLRM: the GPU ops a GEMM op launched share its FLOPs (2·M·N·K, + M·N for addmm's bias, from the op's Input
     Dims) and carry together a tensor_size at least its operands'; every GPU compute node carries num_ops and
     tensor_size (ASTRA-sim's roofline needs them), those of no modelled op from their measured duration at the
     V100 SXM2's fp32 peak (15.7 TFLOP/s) and HBM bandwidth (0.9 TB/s, NVIDIA's datasheet), saying so."""
-    tables = load([shared_trace("multirank/dlrm_8ranks_v100")])
-    paths = export(tables, tmp_path)
+    dlrm = exports("multirank/dlrm_8ranks_v100")
+    tables, paths = dlrm.tables, dlrm.paths
     events = pl.from_arrow(tables.events)
     checked = measured = 0
     for rank, path in paths.items():
@@ -365,12 +393,13 @@ def test_compute_nodes_carry_the_op_model(et_def, tmp_path):
     assert measured > 0
 
 
-def test_convolution_nodes(et_def, tmp_path):
+def test_convolution_nodes(et_def, exports):
     """A forward convolution with Concrete Inputs (stride 2, padding 1): input [10, 256, 14, 14], weight
     [512, 256, 3, 3] → output 7×7, 2·10·49·(512·256·9) = 1,156,055,040 operations (worked by hand), shared by the
     GPU ops of each such aten::miopen_convolution call."""
-    tables = load([shared_trace("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")])
-    _, nodes = decode(et_def, export(tables, tmp_path)[0])
+    resnet = exports("amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz")
+    tables = resnet.tables
+    _, nodes = decode(et_def, resnet.paths[0])
     launcher = launchers(pl.from_arrow(tables.events))
     per_call = defaultdict(list)
     for n in nodes:
@@ -384,12 +413,11 @@ def test_convolution_nodes(et_def, tmp_path):
     assert all(attrs(n)["num_ops"] >= 0 for n in nodes if "num_ops" in attrs(n))
 
 
-def test_data_deps_option(et_def, tmp_path):
+def test_data_deps_option(et_def, exports, tmp_path):
     """--data-deps: the same dependencies, every one a data dependency (what mlcommons' legacy ETFeeder follows)."""
-    tables = load([shared_trace("multirank/dlrm_8ranks_v100")])
-    default = export(tables, tmp_path / "ctrl")
-    as_data = {int(p.name.split(".")[1]): p
-               for p in chakra.write_chakra(tables, tmp_path / "data", prefix="job", data_deps=True).paths}
+    dlrm = exports("multirank/dlrm_8ranks_v100")
+    tables, default = dlrm.tables, dlrm.paths
+    as_data = by_rank(chakra.write_chakra(tables, tmp_path / "data", prefix="job", data_deps=True).paths)
     for rank in default:
         meta, nodes = decode(et_def, as_data[rank])
         _, reference = decode(et_def, default[rank])

@@ -57,11 +57,21 @@ def table_cells(text: str, column: int) -> list[str]:
     return [row.split("│")[column].strip() for row in rows]
 
 
+QWEN = "nvidia/h100_qwen1.5-0.5b.json.gz"
+
+
+@pytest.fixture(scope="module")
+def kernel_names() -> list[str]:
+    """The trace's kernel names, whole and in order: CSV, which no terminal width shortens (read once)."""
+    query = "select name from events where kind = 'kernel' group by name order by name"
+    return pl.read_csv(run_sql(query, shared_trace(QWEN), 80, "--format", "csv").encode())["name"].to_list()
+
+
 @pytest.mark.parametrize("columns", [60, 100, 180])
-def test_sql_table_fits_the_terminal_and_keeps_kernels_apart(columns):
-    trace = shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz")
+def test_sql_table_fits_the_terminal_and_keeps_kernels_apart(columns, kernel_names):
+    trace = shared_trace(QWEN)
     query = "select name, count(*) as calls from events where kind = 'kernel' group by name order by name"
-    names = pl.read_csv(run_sql(query, trace, columns, "--format", "csv").encode())["name"].to_list()
+    names = kernel_names
     assert max(map(len, names)) > columns, "the trace has names longer than the terminal"
     text = run_sql(query, trace, columns)
     assert all(len(line) <= columns for line in text.splitlines() if line.startswith(tuple("┏┃┡│└")))
@@ -70,8 +80,6 @@ def test_sql_table_fits_the_terminal_and_keeps_kernels_apart(columns):
     assert "--wide prints it whole" in text
 
 
-def test_wide_prints_names_whole():
-    trace = shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz")
+def test_wide_prints_names_whole(kernel_names):
     query = "select name from events where kind = 'kernel' group by name order by name"
-    names = pl.read_csv(run_sql(query, trace, 80, "--format", "csv").encode())["name"].to_list()
-    assert table_cells(run_sql(query, trace, 80, "--wide"), 1) == names
+    assert table_cells(run_sql(query, shared_trace(QWEN), 80, "--wide"), 1) == kernel_names

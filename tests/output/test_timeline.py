@@ -3,7 +3,10 @@ land inside their slices, and that tracekit reads back with the same events per 
 
 from __future__ import annotations
 
+import bisect
+import functools
 import gzip
+import itertools
 import json
 from collections import defaultdict
 
@@ -26,6 +29,7 @@ def read(path):
         return json.load(f)
 
 
+@functools.cache  # each time is read several times (its slice, its track's sweep, flow ends)
 def micros_to_ns(value) -> int:
     """Exact: the file writes µs with three decimals."""
     whole, _, frac = repr(value).partition(".")
@@ -42,11 +46,16 @@ def check_file(doc) -> dict:
     for track, spans in by_track.items():
         spans.sort(key=lambda s: (s[0], -s[1]))
         for i, (ts, end) in enumerate(spans):
-            for other_ts, other_end in spans[i + 1:]:
-                if other_ts >= end:
-                    break
+            later = i + 1  # the slices starting before this one ends (an index: a slice of the list would copy it)
+            while later < len(spans) and spans[later][0] < end:
+                other_ts, other_end = spans[later]
                 assert other_end <= end, f"slices overlap on track {track}: {(ts, end)} and {(other_ts, other_end)}"
-    # flow ends: pairs with the same (id, cat, name), each inside a slice of its track
+                later += 1
+    # flow ends: pairs with the same (id, cat, name), each inside a slice of its track: some slice starting at or
+    # before the end reaches it, i.e. the latest stop among the slices starting by then (spans are sorted by start)
+    starts = {track: [ts for ts, _ in spans] for track, spans in by_track.items()}
+    latest_stop = {track: list(itertools.accumulate((stop for _, stop in spans), max))
+                   for track, spans in by_track.items()}
     ends = defaultdict(dict)
     for e in events:
         if e["ph"] in ("s", "f"):
@@ -54,9 +63,9 @@ def check_file(doc) -> dict:
     for flow, pair in ends.items():
         assert set(pair) == {"s", "f"}, f"flow {flow} has one end"
         for end in pair.values():
-            at = micros_to_ns(end["ts"])
-            assert any(ts <= at <= stop for ts, stop in by_track[end["pid"], end["tid"]]), \
-                f"flow {flow} {end['ph']} end lands in no slice"
+            at, track = micros_to_ns(end["ts"]), (end["pid"], end["tid"])
+            started = bisect.bisect_right(starts.get(track, []), at)
+            assert started and latest_stop[track][started - 1] >= at, f"flow {flow} {end['ph']} end lands in no slice"
     names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}
     check_flows_forward(events, ends)

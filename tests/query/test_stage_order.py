@@ -100,6 +100,10 @@ def stages_run_alone(monkeypatch):
     result's columns are not their header's."""
     original_run, original_ready = catalog.run_stage, catalog.ready
     seen = {"ran": [], "outside": [], "columns": [], "depth": 0}
+    # One connection per set of include files, holding their macros and nothing else between runs (the relations a
+    # file declares are dropped after it ran): as a fresh connection would be, without connecting and defining the
+    # same macros again for every file run
+    alone_by_includes = {}
 
     def ready(con, name):
         if "/" in name and not name.startswith("lib/") and not seen["depth"]:
@@ -112,10 +116,17 @@ def stages_run_alone(monkeypatch):
             made = {}
             for name in catalog.stage_order(names, bound):
                 query = catalog.load_query(name)
-                with connection.connect(threads=1) as alone:
+                includes = frozenset(catalog.include_order(query.includes))
+                if includes not in alone_by_includes:
+                    alone_by_includes[includes] = connection.connect(threads=1)
+                alone = alone_by_includes[includes]
+                try:
                     for relation in query.input_names:
                         alone.register(relation, con.sql(f"from {relation}").to_arrow_table())
                     result = alone.sql(ready(alone, name), params=(parameters or {}).get(name)).to_arrow_table()
+                finally:
+                    for relation in query.input_names:
+                        alone.unregister(relation)
                 if query.columns and list(query.columns) != result.column_names:  # the header's, in order
                     seen["columns"].append(f"{name}: header {list(query.columns)}, result {result.column_names}")
                 made |= original_run(con, [name], parameters, temp_tables, set(bound) | made.keys())
@@ -131,7 +142,9 @@ def stages_run_alone(monkeypatch):
                 if getattr(module, attribute, None) in (original_run, original_ready):
                     monkeypatch.setattr(module, attribute, replacement)
     monkeypatch.setattr(catalog, "run_stage", run_stage)
-    return seen
+    yield seen
+    for alone in alone_by_includes.values():
+        alone.close()
 
 
 def test_every_stage_file_runs_with_only_its_declared_inputs(tmp_path, stages_run_alone):
