@@ -329,7 +329,8 @@ def test_diff_categories_move_the_same_way_in_total_and_per_step(loaded_trace):
     from tracekit import diff
 
     pair = "diff_pairs/resnet50_v100_workers0_vs_workers4"
-    result = diff.compare(loaded_trace(f"{pair}/workers0.pt.trace.json.gz"), loaded_trace(f"{pair}/workers4.pt.trace.json.gz"))
+    result = diff.compare(loaded_trace(f"{pair}/workers0.pt.trace.json.gz"),
+                          loaded_trace(f"{pair}/workers4.pt.trace.json.gz"))
     rows = result.sections["categories"].filter(pl.col("delta_direct_kernel_ms").abs() >= 1)
     assert rows.height > 0
     for row in rows.iter_rows(named=True):
