@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.support.loaded_traces import LoadedTraces
+
+if TYPE_CHECKING:
+    from tracekit import TraceTables
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = Path(os.environ.get("TRACEKIT_TRACES", REPO.parent / "shared" / "traces"))
 
 
-def shared_trace(relative: str) -> Path:
-    """Path of a trace under ../shared/traces, or skip the test saying why."""
+def shared_trace(relative: str | Path) -> Path:
+    """Path of a trace under ../shared/traces (RELATIVE to it, or a path in it), or skip the test saying why."""
     path = TRACES / relative
     if not path.exists():
         pytest.skip(f"shared trace {relative} not found under {TRACES} (set TRACEKIT_TRACES)")
@@ -72,3 +78,16 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.skip(f"shared traces folder {TRACES} not found (set TRACEKIT_TRACES)")
     return TRACES
+
+
+@pytest.fixture(scope="session")
+def loaded_trace(tmp_path_factory):
+    """`tracekit.load` of a shared trace, once per test session (tests/support/loaded_traces.py), for tests that only
+    read the tables: `loaded_trace(path)`, the path relative to TRACES or in it (the test skips where it is absent)."""
+    base = tmp_path_factory.getbasetemp()
+    # pytest-xdist gives each worker a folder inside the session's: the workers of a run share that one
+    traces = LoadedTraces((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "loaded_traces")
+
+    def load(trace: str | Path) -> TraceTables:
+        return traces(shared_trace(trace))
+    return load

@@ -6,6 +6,7 @@ op categories the same in every sheet, op and kernel agreeing, and no GEMM found
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -124,8 +125,8 @@ def check_trace(tables: tracekit.TraceTables) -> dict[str, pl.DataFrame]:
 
 @pytest.mark.every_trace
 @pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
-def test_one_rule_on_every_shared_trace(path):
-    check_trace(tracekit.load(path))
+def test_one_rule_on_every_shared_trace(path, loaded_trace):
+    check_trace(loaded_trace(path))
 
 
 def test_synth_expert_parallel_communication_equals_ground_truth(expert_parallel):
@@ -186,25 +187,31 @@ def test_communication_kernel_names_from_the_libraries():
     assert category[computation[-1]] == "embedding" and category[computation[-2]] == "reduction"
 
 
-def test_op_and_kernels_agree_where_they_should():
+def shared_paths(*relative: str) -> list[Path]:
+    return [TRACES / r for r in relative]
+
+
+@pytest.mark.every_trace
+@pytest.mark.parametrize("path", shared_paths(
+    "nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz", "nvidia/h100_bert-small.json.gz",
+    "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "multirank/dlrm_8ranks_v100",
+    "nvidia/b200_eager_rank0of8.json.gz", "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz"),
+    ids=lambda p: str(p.relative_to(TRACES)))
+def test_op_and_kernels_agree_where_they_should(path, loaded_trace):
     """On the shared traces with such ops: most of the direct kernel time of GEMM, attention, convolution,
     normalization, embedding and communication ops is kernels of the same category (MIOpen's convolutions are
     transposes and CK GEMMs: a documented limit, so ROCm convolution ops are left out)."""
-    shares = []
-    for relative in ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz",
-                     "nvidia/h100_bert-small.json.gz", "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
-                     "multirank/dlrm_8ranks_v100", "nvidia/b200_eager_rank0of8.json.gz",
-                     "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz"):
-        by_op = analyses.run(tracekit.load(shared_trace(relative)), "kernel_by_op")
-        checked = ["GEMM", "attention", "normalization", "communication", "embedding"]
-        owned = by_op.filter(pl.col("op_category").is_in(checked + ([] if "amd/" in relative else ["convolution"])))
-        share = (owned.group_by("op_category")
-                 .agg(same=pl.col("total_us").filter(pl.col("category") == pl.col("op_category")).sum(),
-                      all=pl.col("total_us").sum())
-                 .with_columns(share=pl.col("same") / pl.col("all")))
-        shares += [(relative, c, s) for c, s in share.select("op_category", "share").iter_rows()]
+    by_op = analyses.run(loaded_trace(path), "kernel_by_op")
+    checked = ["GEMM", "attention", "normalization", "communication", "embedding"]
+    rocm = path.relative_to(TRACES).parts[0] == "amd"
+    owned = by_op.filter(pl.col("op_category").is_in(checked + ([] if rocm else ["convolution"])))
+    share = (owned.group_by("op_category")
+             .agg(same=pl.col("total_us").filter(pl.col("category") == pl.col("op_category")).sum(),
+                  all=pl.col("total_us").sum())
+             .with_columns(share=pl.col("same") / pl.col("all")))
+    shares = share.select("op_category", "share").rows()
     # cuDNN runs some convolution algorithms as plain sgemm kernels (13% of the V100 ResNet's convolution time)
-    low = [(t, c, round(s, 3)) for t, c, s in shares if s < (0.8 if c == "convolution" else 0.9)]
+    low = [(c, round(s, 3)) for c, s in shares if s < (0.8 if c == "convolution" else 0.9)]
     assert shares and low == []
 
 
@@ -231,36 +238,57 @@ CATEGORIES = ("GEMM", "attention", "convolution", "embedding", "normalization", 
               "communication", "memcpy/memset", "other")
 
 
-def totals_table() -> str:
-    """Per trace (its lowest rank): direct kernel time by op category (op_categories), then GPU time by kernel
-    category (kernel_summary), and the GPU timeline's communication (a union: overlaps counted once)."""
+def totals_table(rows: dict[str, tuple[str, str]]) -> str:
+    """docs/categories.md's totals block, given each trace's (op row, kernel row) in TOTALS_TRACES order."""
     header = "| trace | " + " | ".join(CATEGORIES) + " |"
     rule_line = "|---|" + "---|" * len(CATEGORIES)
-    ops, kernels = [header, rule_line], [header + " communication, GPU timeline |", rule_line + "---|"]
-    for relative in TOTALS_TRACES:
-        got = analyses.run_all(tracekit.load(shared_trace(relative)),
-                               ["op_categories", "kernel_summary", "gpu_timeline"])
-        rank = got["kernel_summary"]["rank"].min()
-        by_op = dict(got["op_categories"].filter(pl.col("rank") == rank)
-                     .select("category", "direct_kernel_ms").iter_rows())
-        by_kernel = dict(got["kernel_summary"].filter(pl.col("rank") == rank).group_by("category")
-                         .agg(pl.col("total_us").sum() / 1e3).iter_rows())
-        comm = got["gpu_timeline"].filter((pl.col("rank") == rank) & (pl.col("category") == "communication"))
-        ops.append(f"| {relative} | " + " | ".join(f"{by_op[c]:.3f}" if c in by_op else "" for c in CATEGORIES) + " |")
-        kernels.append(f"| {relative} | " + " | ".join(f"{by_kernel[c]:.3f}" if c in by_kernel else ""
-                                                       for c in CATEGORIES) + f" | {comm['time_ms'][0]:.3f} |")
+    ops = [header, rule_line] + [rows[r][0] for r in TOTALS_TRACES]
+    kernels = [header + " communication, GPU timeline |", rule_line + "---|"] + [rows[r][1] for r in TOTALS_TRACES]
     return ("Direct kernel time by op category (ms):\n\n" + "\n".join(ops)
             + "\n\nGPU time by kernel category (ms, summed durations):\n\n" + "\n".join(kernels))
 
 
-def test_category_totals_table_is_current():
+def totals_rows(tables: tracekit.TraceTables, relative: str) -> tuple[str, str]:
+    """A trace's rows (its lowest rank): direct kernel time by op category (op_categories), then GPU time by kernel
+    category (kernel_summary), and the GPU timeline's communication (a union: overlaps counted once)."""
+    got = analyses.run_all(tables, ["op_categories", "kernel_summary", "gpu_timeline"])
+    rank = got["kernel_summary"]["rank"].min()
+    by_op = dict(got["op_categories"].filter(pl.col("rank") == rank)
+                 .select("category", "direct_kernel_ms").iter_rows())
+    by_kernel = dict(got["kernel_summary"].filter(pl.col("rank") == rank).group_by("category")
+                     .agg(pl.col("total_us").sum() / 1e3).iter_rows())
+    comm = got["gpu_timeline"].filter((pl.col("rank") == rank) & (pl.col("category") == "communication"))
+    return (f"| {relative} | " + " | ".join(f"{by_op[c]:.3f}" if c in by_op else "" for c in CATEGORIES) + " |",
+            f"| {relative} | " + " | ".join(f"{by_kernel[c]:.3f}" if c in by_kernel else "" for c in CATEGORIES)
+            + f" | {comm['time_ms'][0]:.3f} |")
+
+
+def documented_totals() -> tuple[str, dict[str, tuple[str, ...]]]:
+    """docs/categories.md's totals block, and each trace's rows in it (those opening with the trace's name)."""
     text = rule.DOC.read_text()
     current = text.split("<!-- totals:begin -->\n", 1)[1].split("<!-- totals:end -->", 1)[0].strip()
-    table = totals_table()
-    assert current == table, "docs/categories.md's totals table is out of date; it should read:\n" + table
+    return current, {r: tuple(line for line in current.splitlines() if line.startswith(f"| {r} |"))
+                     for r in TOTALS_TRACES}
 
 
-def test_mtia_keeps_its_device_name_and_its_headings_say_device(tmp_path):
+def test_category_totals_table_has_a_row_per_trace():
+    """The block is the two tables with one row for each of TOTALS_TRACES, in order: with each row checked below,
+    the whole block is what the rule gives."""
+    current, rows = documented_totals()
+    assert {r: len(found) for r, found in rows.items()} == {r: 2 for r in TOTALS_TRACES}
+    assert current == totals_table(rows)
+
+
+@pytest.mark.every_trace
+@pytest.mark.parametrize("path", shared_paths(*TOTALS_TRACES), ids=lambda p: str(p.relative_to(TRACES)))
+def test_category_totals_table_is_current(path, loaded_trace):
+    relative = str(path.relative_to(TRACES))
+    rows = totals_rows(loaded_trace(path), relative)
+    assert documented_totals()[1][relative] == rows, (
+        f"docs/categories.md's totals rows for {relative} are out of date; they should read:\n" + "\n".join(rows))
+
+
+def test_mtia_keeps_its_device_name_and_its_headings_say_device(tmp_path, loaded_trace):
     """MTIA: its device is named by deviceProperties ("ARTEMIS") or, where a trace has none, by its process label
     ("MTIA 17"); the oracle is the trace's own JSON. Its workbook's headings say device, not GPU."""
     import gzip
@@ -272,7 +300,7 @@ def test_mtia_keeps_its_device_name_and_its_headings_say_device(tmp_path):
 
     path = shared_trace("other/mtia_inference.json.gz")
     raw = json.loads(gzip.decompress(path.read_bytes()))
-    tables = tracekit.load(path)
+    tables = loaded_trace(path)
     info = analyses.run(tables, "rank_info")
     assert info.select("device_name", "device_type").rows() == [(raw["deviceProperties"][0]["name"], "MTIA")]
     del raw["deviceProperties"]
@@ -290,20 +318,19 @@ def test_mtia_keeps_its_device_name_and_its_headings_say_device(tmp_path):
     assert "Device timeline" in book.sheetnames and "GPU timeline" not in book.sheetnames
     assert any(t.startswith("Device time") for t in text) and not any(re.search(r"\bGPU\b", t) for t in text)
     # a GPU trace keeps saying GPU
-    gpu = workbooks.device_word(analyses.run_all(tracekit.load(shared_trace("nvidia/h100_bert-small.json.gz")),
-                                                 ["rank_info"]))
+    gpu = workbooks.device_word(analyses.run_all(loaded_trace("nvidia/h100_bert-small.json.gz"), ["rank_info"]))
     assert gpu == "GPU"
 
 
-def test_diff_categories_move_the_same_way_in_total_and_per_step():
+def test_diff_categories_move_the_same_way_in_total_and_per_step(loaded_trace):
     """The diff's Categories rows take their totals and their per-step values from one rule (op_categories, run
     over the whole capture and per step): a row whose total moves by >= 1 ms has its per-step effect moving the
     same way (the shared workers0/workers4 pair: elementwise copies move)."""
     from tracekit import diff
 
-    pair = shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4")
-    result = diff.compare(tracekit.load(pair / "workers0.pt.trace.json.gz"),
-                          tracekit.load(pair / "workers4.pt.trace.json.gz"))
+    pair = "diff_pairs/resnet50_v100_workers0_vs_workers4"
+    result = diff.compare(loaded_trace(f"{pair}/workers0.pt.trace.json.gz"),
+                          loaded_trace(f"{pair}/workers4.pt.trace.json.gz"))
     rows = result.sections["categories"].filter(pl.col("delta_direct_kernel_ms").abs() >= 1)
     assert rows.height > 0
     for row in rows.iter_rows(named=True):

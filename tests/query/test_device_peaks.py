@@ -12,8 +12,6 @@ import re
 import polars as pl
 import pytest
 
-import tracekit
-from tests.conftest import shared_trace
 from tracekit.engine import peaks
 from tracekit.engine.catalog import data_dir
 from tracekit.query import analyses
@@ -132,15 +130,15 @@ def test_the_loaded_table_is_the_csv(rows):
     ("amd/mi300x_vllm_decode_graph_execution.json.gz", None, None),  # deviceProperties without a name
     ("other/mtia_inference.json.gz", "ARTEMIS", None),
 ])
-def test_device_names_in_the_shared_traces_map_to_their_rows(trace, name, device):
-    matched = tracekit.load(shared_trace(trace)).sql("select device_name, device from rank_devices()")
+def test_device_names_in_the_shared_traces_map_to_their_rows(trace, name, device, loaded_trace):
+    matched = loaded_trace(trace).sql("select device_name, device from rank_devices()")
     assert matched.rows() == [(name, device)]
 
 
-def test_an_unknown_device_is_a_diagnostics_note():
+def test_an_unknown_device_is_a_diagnostics_note(loaded_trace):
     """The vLLM decode trace's device has no name: percent_of_peak is null, and the Diagnostics sheet's analyses,
     the terminal summary's (diagnostics_reasons) and the overview's count say why."""
-    tables = tracekit.load(shared_trace("amd/mi300x_vllm_decode_graph_execution.json.gz"))
+    tables = loaded_trace("amd/mi300x_vllm_decode_graph_execution.json.gz")
     names = ["diagnostics_summary", "diagnostics_list", "diagnostics_reasons", "rank_info", "op_perf"]
     before = tables.diagnostics.num_rows
     failures: dict[str, str] = {}
@@ -158,6 +156,6 @@ def test_an_unknown_device_is_a_diagnostics_note():
 
 
 @pytest.mark.parametrize("trace", ["nvidia/h100_bert-small.json.gz", "other/cpu_only_rank34of300.json.gz"])
-def test_no_unknown_device_note_for_a_known_device_or_a_rank_without_kernels(trace):
-    results = analyses.run_all(tracekit.load(shared_trace(trace)), ["diagnostics_summary"], {})
+def test_no_unknown_device_note_for_a_known_device_or_a_rank_without_kernels(trace, loaded_trace):
+    results = analyses.run_all(loaded_trace(trace), ["diagnostics_summary"], {})
     assert "unknown_device" not in results["diagnostics_summary"]["reason"].to_list()

@@ -4,20 +4,22 @@ statistics (step_stats), the Steps sheet (`steps.steady`) and the diff's verdict
 import polars as pl
 import pytest
 
-import tracekit
+from tests.conftest import TRACES, all_kineto_traces
 from tracekit import diff
 from tracekit.diff.sections import SECTIONS
-from tests.conftest import TRACES, all_kineto_traces
+from tracekit.query import analyses
 
 
 @pytest.mark.every_trace
 @pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
-def test_overview_step_statistics_steps_sheet_and_diff_count_the_same_steps(path):
-    tables = tracekit.load(path)
-    with tracekit.from_tables(tables) as db:
-        overview = db.sql("select rank, steps, step_median_ms from rank_info").sort("rank")
-        stats = db.sql("select rank, steps, median, steps_left_out from step_stats where metric = 'duration_ms'")
-        steps = db.sql("select rank, step, duration_ms, steady from steps")
+def test_overview_step_statistics_steps_sheet_and_diff_count_the_same_steps(path, loaded_trace):
+    tables = loaded_trace(path)
+    # on one connection, as the report runs them (the step macros computed once, not once per query)
+    got = analyses.run_all(tables, ["rank_info", "step_stats", "steps"])
+    overview = got["rank_info"].select("rank", "steps", "step_median_ms").sort("rank")
+    stats = got["step_stats"].filter(pl.col("metric") == "duration_ms").select("rank", "steps", "median",
+                                                                               "steps_left_out")
+    steps = got["steps"].select("rank", "step", "duration_ms", "steady")
     # recomputed from the Steps sheet's rows: its steady steps and their median, per rank
     from_sheet = (steps.group_by("rank")
                   .agg(steps=pl.col("steady").sum().cast(pl.Int64),
@@ -33,8 +35,9 @@ def test_overview_step_statistics_steps_sheet_and_diff_count_the_same_steps(path
         return
     # the diff leaves out exactly the steps the sheet marks not steady, and its headline is the Overview's median
     # the step-time section alone: the headline and the steps left out are its, and the other sections cost ~3×
-    side = diff.summarize(tables, "side", sections={"step_time": SECTIONS["step_time"]})
-    result = diff.compare(side, side)
+    step_time = {"step_time": SECTIONS["step_time"]}
+    side = diff.summarize(tables, "side", sections=step_time)
+    result = diff.compare(side, side, sections=step_time)
     assert sorted(result.warmup[0][1]) == sorted(steps.filter(~pl.col("steady"))["step"].to_list())
     head = result.headline()
     assert head["n_base"] == from_sheet["steps"][0]

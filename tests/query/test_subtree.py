@@ -44,12 +44,13 @@ def gpu_time_under_each_name(events: pl.DataFrame, edges: pl.DataFrame) -> pl.Da
 
 @pytest.mark.every_trace
 @pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
-def test_subtree_time_per_name_is_the_gpu_time_under_its_calls(path):
-    tables = tracekit.load(path)
+def test_subtree_time_per_name_is_the_gpu_time_under_its_calls(path, loaded_trace):
+    tables = loaded_trace(path)
     expected = gpu_time_under_each_name(tables.polars("events"), tables.polars("edges"))
     # the rows of cpu_ops (op_summary also holds the GPU time no cpu_op owns: annotations, frames, graph launches)
     op_names = tables.polars("events").filter(pl.col("kind") == "cpu_op").select("name").unique()
-    got = analyses.run(tables, "op_summary").join(op_names, on="name", how="semi").select(
+    results = analyses.run_all(tables, ["op_summary", "op_by_shape"])
+    got = results["op_summary"].join(op_names, on="name", how="semi").select(
         pl.col("rank").cast(pl.Int32), "name", ns=(pl.col("subtree_kernel_ms") * 1e6).round().cast(pl.Int64))
     # every GPU op counted once per name: equal to the union, so never above the GPU time under the name's calls
     compared = got.join(expected.with_columns(pl.col("rank").cast(pl.Int32)), on=["rank", "name"], how="full",
@@ -57,7 +58,7 @@ def test_subtree_time_per_name_is_the_gpu_time_under_its_calls(path):
     wrong = compared.filter(pl.col("ns") != pl.col("ns_expected"))
     assert wrong.height == 0, wrong.sort("name").head(10)
     # op_by_shape shares a name's subtree time out among its shapes without counting anything twice
-    by_shape = (analyses.run(tables, "op_by_shape").join(op_names, on="name", how="semi").group_by("rank", "name")
+    by_shape = (results["op_by_shape"].join(op_names, on="name", how="semi").group_by("rank", "name")
                 .agg(ns=(pl.col("subtree_kernel_ms").sum() * 1e6).round().cast(pl.Int64)))
     assert dict(zip(zip(by_shape["rank"], by_shape["name"]), by_shape["ns"])) == dict(
         zip(zip(got["rank"], got["name"]), got["ns"]))
