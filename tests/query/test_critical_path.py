@@ -37,8 +37,16 @@ def tables(request):
     return tracekit.load(shared_trace(request.param))
 
 
-def test_segments_tile_each_window_exactly(tables):
-    path = analyses.run(tables, "critical_path")
+@pytest.fixture(scope="module")
+def walked(tables) -> dict[str, pl.DataFrame]:
+    """The critical path of `tables` and the sheets summing it, run once (on one connection, as a report does) for
+    the tests that check them."""
+    return analyses.run_all(tables, ["critical_path", "critical_path_summary", "critical_path_categories",
+                                     "critical_path_steps", "critical_path_top"])
+
+
+def test_segments_tile_each_window_exactly(walked):
+    path = walked["critical_path"]
     assert path.height > 0 and set(path["category"]) <= CATEGORIES
     for _, window in path.group_by("rank", "step"):
         window = window.sort("position")
@@ -50,8 +58,8 @@ def test_segments_tile_each_window_exactly(tables):
         assert window["duration_ns"].sum() == window["window_end_ns"][0] - window["window_start_ns"][0]
 
 
-def test_segments_lie_inside_the_events_that_own_them(tables):
-    path = analyses.run(tables, "critical_path").filter(
+def test_segments_lie_inside_the_events_that_own_them(tables, walked):
+    path = walked["critical_path"].filter(
         pl.col("category").is_in(["cpu", *GPU_CATEGORIES])
         & pl.col("event_id").is_not_null())
     events = tables.polars("events").select("rank", "id", "kind", "ts", end=pl.col("ts") + pl.col("dur").fill_null(0))
@@ -63,9 +71,8 @@ def test_segments_lie_inside_the_events_that_own_them(tables):
     assert (on_gpu == (owned["carried_by"] == "gpu")).all()
 
 
-def test_summary_adds_up_to_each_window(tables):
-    summary = analyses.run(tables, "critical_path_summary")
-    path = analyses.run(tables, "critical_path")
+def test_summary_adds_up_to_each_window(walked):
+    summary, path = walked["critical_path_summary"], walked["critical_path"]
     per_window = summary.group_by("rank", "step").agg(pl.col("percent").sum(), pl.col("time_ms").sum(),
                                                       pl.col("window_ms").first())
     for row in per_window.iter_rows(named=True):
@@ -180,11 +187,9 @@ def test_synth_blocking_sync_waits_for_the_gpu_op_that_released_it(tmp_path):
             assert before["end_ns"] == sync["gpu_done_at"]
 
 
-def test_sheet_summaries_add_up_to_the_path_segment_by_segment(tables):
+def test_sheet_summaries_add_up_to_the_path_segment_by_segment(walked):
     """critical_path_categories / _steps / _top are computed here again from the segments, in polars."""
-    con = catalog.connect(tables, materialize=True)
-    done: dict = {}
-    path, categories, steps, top = (analyses.run_into(con, name, done) for name in (
+    path, categories, steps, top = (walked[name] for name in (
         "critical_path", "critical_path_categories", "critical_path_steps", "critical_path_top"))
     for rank, segments in path.group_by("rank"):
         rank = rank[0]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import polars as pl
 import pytest
+from click.testing import CliRunner, Result
 
 from tests.conftest import shared_trace
+from tracekit.cli import main
 from tracekit.errors import InputError
 from tracekit.pipeline import load
 from tracekit.replay import Selector, parse_scale, replay
@@ -166,9 +166,14 @@ def test_bad_selectors_are_user_errors():
     assert parse_scale("op:a=b=1.5") == (Selector("op", "a=b"), 1.5)
 
 
+def run_cli(*args: str) -> Result:
+    """The command in this process (what is checked is the command's output, not the process)."""
+    return CliRunner().invoke(main, list(args))
+
+
 def synth(out, *args):
-    subprocess.run([sys.executable, "-m", "tracekit.cli", "synth", "-o", str(out), "--steps", "3", *args], check=True,
-                   stdout=subprocess.DEVNULL)
+    done = run_cli("synth", "-o", str(out), "--steps", "3", *args)
+    assert done.exit_code == 0, done.output
     return out
 
 
@@ -203,14 +208,14 @@ def test_halved_communication_with_deep_ep_and_custom_all_reduce(tmp_path):
 def test_cli_prints_one_row_per_step(tmp_path):
     path = tmp_path / "step.json"
     path.write_text(json.dumps(STEP_TRACE))
-    out = subprocess.run([sys.executable, "-m", "tracekit.cli", "replay", str(path), "--scale", "kernel:gemm=2",
-                          "--format", "csv"], capture_output=True, text=True, check=True).stdout
+    done = run_cli("replay", str(path), "--scale", "kernel:gemm=2", "--format", "csv")
+    assert done.exit_code == 0, done.output
+    out = done.stdout
     header, row = out.strip().splitlines()
     assert header.startswith("rank,step,measured_ms,predicted_ms,error_percent")
     assert row.startswith("0,1,0.1,0.14,")
-    bad = subprocess.run([sys.executable, "-m", "tracekit.cli", "replay", str(path), "--remove", "gemm"],
-                         capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    bad = run_cli("replay", str(path), "--remove", "gemm")
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(("option", "closest"), [
@@ -224,13 +229,12 @@ def test_cli_prints_one_row_per_step(tmp_path):
 def test_a_selector_that_matches_nothing_is_one_line_and_exit_2(tmp_path, option, closest):
     path = tmp_path / "step.json"
     path.write_text(json.dumps(STEP_TRACE))
-    run = subprocess.run([sys.executable, "-m", "tracekit.cli", "replay", str(path), *option, "--format", "csv"],
-                         capture_output=True, text=True)
+    run = run_cli("replay", str(path), *option, "--format", "csv")
     if closest is None:
-        assert run.returncode == 0, run.stderr
+        assert run.exit_code == 0, run.stderr
         return
     selector = option[1].rpartition("=")[0] if option[0] == "--scale" else option[1]
-    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
+    assert run.exit_code == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
     assert f"selector {selector} matches nothing" in run.stderr
     assert run.stderr.strip().endswith(f"closest names: {closest}") if closest == "none" else closest in run.stderr
 
