@@ -13,7 +13,6 @@ import pytest
 
 import tracekit
 from tests.conftest import REPO, shared_trace
-from tests.support.loaded import loader
 from tracekit.engine import catalog
 from tracekit.link import et
 from tracekit.query import analyses
@@ -49,25 +48,19 @@ def linked(tables: tracekit.TraceTables) -> pl.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    """Each shared trace read once for the module (tests/support/loaded.py)."""
-    return loader()
-
-
-@pytest.fixture(scope="module")
-def dlrm(loaded) -> tracekit.TraceTables:
-    return loaded("multirank/dlrm_8ranks_v100")
+def dlrm(loaded_trace) -> tracekit.TraceTables:
+    return loaded_trace("multirank/dlrm_8ranks_v100")
 
 
 # --------------------------------------------------------------------------- reading
 
 
 @pytest.mark.parametrize("relative", ET_FILES)
-def test_every_node_becomes_one_row(relative, loaded):
+def test_every_node_becomes_one_row(relative, loaded_trace):
     """Nothing lost: one et_nodes row per node, with the file's ids, names, parents and rf_ids."""
     path = shared_trace(relative)
     nodes = et_document(path)["nodes"]
-    rows = loaded(relative).polars("et_nodes").sort("id")
+    rows = loaded_trace(relative).polars("et_nodes").sort("id")
     assert rows.height == len(nodes)
     expected = sorted(nodes, key=lambda n: n["id"])
     assert rows["id"].to_list() == [n["id"] for n in expected]
@@ -78,7 +71,7 @@ def test_every_node_becomes_one_row(relative, loaded):
 
 
 @pytest.mark.parametrize("relative", ET_FILES)
-def test_every_tensor_argument_becomes_a_row(relative, loaded):
+def test_every_tensor_argument_becomes_a_row(relative, loaded_trace):
     """et_tensors holds each tensor value of the file, including tensors inside (nested) lists."""
     path = shared_trace(relative)
 
@@ -98,24 +91,24 @@ def test_every_tensor_argument_becomes_a_row(relative, loaded):
             for value, type_ in zip(values, types):
                 if "Tensor" in type_:
                     expected += [(node["id"], direction, t[0], t[1]) for t in leaves(value)]
-    rows = loaded(relative).polars("et_tensors")
+    rows = loaded_trace(relative).polars("et_tensors")
     assert sorted(rows.select("node", "direction", "tensor_id", "storage_id").iter_rows()) == sorted(expected)
 
 
-def test_tensors_inside_nested_lists_have_element_indexes(loaded):
+def test_tensors_inside_nested_lists_have_element_indexes(loaded_trace):
     """c10d::allgather_ takes a list of lists of tensors: each gets its own row, numbered depth-first."""
-    rows = loaded("multirank/cpu_torch2.13_ddp_gloo_2ranks/et_rank0.json.gz").polars("et_tensors")
-    nodes = loaded("multirank/cpu_torch2.13_ddp_gloo_2ranks/et_rank0.json.gz").polars("et_nodes")
+    rows = loaded_trace("multirank/cpu_torch2.13_ddp_gloo_2ranks/et_rank0.json.gz").polars("et_tensors")
+    nodes = loaded_trace("multirank/cpu_torch2.13_ddp_gloo_2ranks/et_rank0.json.gz").polars("et_nodes")
     gather = nodes.filter(pl.col("name") == "c10d::allgather_")["id"][0]
     listed = rows.filter((pl.col("node") == gather) & (pl.col("direction") == "input") & (pl.col("position") == 0))
     assert listed["element"].to_list() == [0, 1]
     assert listed["shape"].to_list() == ["[256]", "[256]"] and set(listed["dtype"]) == {"float"}
 
 
-def test_both_layouts_give_the_same_inputs_form(loaded):
+def test_both_layouts_give_the_same_inputs_form(loaded_trace):
     """inputs / outputs are {values, shapes, types} in both schemas; op_schema and attrs come through."""
-    old = loaded("et_pairs/a100_simple_add/et.json.gz").polars("et_nodes")
-    new = loaded("et_pairs/cpu_torch2.13_single/et.json.gz").polars("et_nodes")
+    old = loaded_trace("et_pairs/a100_simple_add/et.json.gz").polars("et_nodes")
+    new = loaded_trace("et_pairs/cpu_torch2.13_single/et.json.gz").polars("et_nodes")
     for nodes in (old, new):
         empty = nodes.filter(pl.col("name") == "aten::empty").row(0, named=True)
         inputs = json.loads(empty["inputs"])
@@ -126,8 +119,8 @@ def test_both_layouts_give_the_same_inputs_form(loaded):
     assert "fw_tid" in json.loads(old["attrs"][0])
 
 
-def test_file_header_is_kept_in_diagnostics(loaded):
-    tables = loaded("multirank/dlrm_8ranks_v100/et_rank4.json.gz")
+def test_file_header_is_kept_in_diagnostics(loaded_trace):
+    tables = loaded_trace("multirank/dlrm_8ranks_v100/et_rank4.json.gz")
     note = tables.polars("diagnostics").filter(pl.col("reason") == "et_file").row(0, named=True)
     assert note["rank"] == 4 and "rank from file_name" in note["detail"]
     header = json.loads(note["detail"].split("; header ", 1)[1])
@@ -192,8 +185,8 @@ def test_dlrm_eight_ranks_of_nodes_each_linked_on_its_own_rank(dlrm):
     assert (pairs["pid"] == pairs["event_pid"]).all()
 
 
-def test_execution_trace_alone_is_read_with_its_rank(tmp_path, loaded):
-    tables = loaded("multirank/dlrm_8ranks_v100/et_rank3.json.gz")
+def test_execution_trace_alone_is_read_with_its_rank(tmp_path, loaded_trace):
+    tables = loaded_trace("multirank/dlrm_8ranks_v100/et_rank3.json.gz")
     assert set(tables.polars("et_nodes")["rank"]) == {3}
     plain = tmp_path / "trace.json.gz"
     shutil.copy(shared_trace("et_pairs/a100_simple_add/et.json.gz"), plain)
@@ -232,8 +225,8 @@ def test_two_execution_traces_for_one_rank_is_an_input_error(tmp_path):
 
 @pytest.mark.parametrize("relative,ranks", [("et_pairs/cpu_torch2.13_single", [0]),
                                             ("multirank/cpu_torch2.13_ddp_gloo_2ranks", [0, 1])])
-def test_rf_id_links_cover_the_trace(relative, ranks, loaded):
-    tables = loaded(relative)
+def test_rf_id_links_cover_the_trace(relative, ranks, loaded_trace):
+    tables = loaded_trace(relative)
     coverage = analyses.run(tables, "et_link_coverage")
     assert coverage["rank"].to_list() == ranks
     assert (coverage["node_share"] >= 0.995).all(), coverage
@@ -245,10 +238,10 @@ def test_rf_id_links_cover_the_trace(relative, ranks, loaded):
 
 
 @pytest.mark.parametrize("relative", ["et_pairs/cpu_torch2.13_single", "multirank/cpu_torch2.13_ddp_gloo_2ranks"])
-def test_name_order_links_agree_with_rf_id_links(relative, loaded):
+def test_name_order_links_agree_with_rf_id_links(relative, loaded_trace):
     """Oracle for the ordered match: hide Kineto's record function ids and link again; every link made must be
     the one the record function ids make."""
-    tables = loaded(relative)
+    tables = loaded_trace(relative)
     truth = tables.polars("et_nodes").select("rank", "id", truth="event_id")
     column = tables.events.schema.get_field_index("record_function_id")
     hidden = tables.events.set_column(column, "record_function_id", pa.nulls(tables.events.num_rows, pa.int64()))
@@ -260,10 +253,10 @@ def test_name_order_links_agree_with_rf_id_links(relative, loaded):
 
 
 @pytest.mark.parametrize("relative", NAME_ORDER_PAIRS)
-def test_name_order_links_follow_names_and_time(relative, loaded):
+def test_name_order_links_follow_names_and_time(relative, loaded_trace):
     """Schema 1.0.1 pairs: most nodes link, names agree, and on each ET thread the linked Kineto ops start in the
     order of the ET node ids, all on one Kineto thread."""
-    tables = loaded(relative)
+    tables = loaded_trace(relative)
     coverage = analyses.run(tables, "et_link_coverage")
     assert set(coverage["link_method"]) == {"name_order"}
     assert (coverage["node_share"] >= 0.94).all(), coverage
@@ -278,10 +271,10 @@ def test_name_order_links_follow_names_and_time(relative, loaded):
     assert unlinked.str.starts_with("[pytorch|profiler|execution_").all()
 
 
-def test_name_order_finds_the_recorded_iteration(loaded):
+def test_name_order_finds_the_recorded_iteration(loaded_trace):
     """rtx2080ti_linear: Kineto holds ~40 iterations, the ET one. Linked ops must be the ones whose autograd
     sequence numbers are the ET's (the first iteration would also match by names alone)."""
-    tables = loaded("et_pairs/rtx2080ti_linear")
+    tables = loaded_trace("et_pairs/rtx2080ti_linear")
     events = tables.polars("events").select("rank", "id", "sequence_number")
     pairs = tables.polars("et_nodes").filter(pl.col("seq_id") >= 0).join(
         events, left_on=["rank", "event_id"], right_on=["rank", "id"])
@@ -289,8 +282,8 @@ def test_name_order_finds_the_recorded_iteration(loaded):
     assert (pairs["seq_id"] == pairs["sequence_number"]).all()
 
 
-def test_unlinked_counts_are_in_diagnostics(loaded):
-    tables = loaded("et_pairs/rtx2080ti_linear")
+def test_unlinked_counts_are_in_diagnostics(loaded_trace):
+    tables = loaded_trace("et_pairs/rtx2080ti_linear")
     notes = tables.polars("diagnostics").filter(pl.col("stage") == "et")
     nodes = notes.filter(pl.col("reason") == "et_unlinked_nodes")["detail"].to_list()
     ops = notes.filter(pl.col("reason") == "et_unlinked_ops")["detail"].to_list()
@@ -300,12 +293,12 @@ def test_unlinked_counts_are_in_diagnostics(loaded):
     assert ops[0].startswith(f"{coverage['kineto_ops'] - coverage['linked_ops']} of {coverage['kineto_ops']} ")
 
 
-def test_coverage_query_is_a_documented_analysis(loaded):
+def test_coverage_query_is_a_documented_analysis(loaded_trace):
     query = catalog.load_query("et_link_coverage")
     assert set(query.inputs) == {"et_nodes", "events"}
     assert list(query.columns) == ["rank", "et_nodes", "linked_nodes", "node_share", "kineto_ops", "linked_ops",
                                    "op_share", "link_method"]
-    tables = loaded("et_pairs/a100_simple_add")
+    tables = loaded_trace("et_pairs/a100_simple_add")
     with tables.connect() as con:
         direct = con.sql((REPO / "queries" / "et_link_coverage.sql").read_text()).pl()
     assert list(direct.columns) == list(query.columns)
@@ -324,8 +317,8 @@ def ancestors_of(parents: dict[int, int], node: int) -> set[int]:
 
 
 @pytest.mark.parametrize("relative", ET_FILES)
-def test_control_edges_form_a_forest(relative, loaded):
-    tables = loaded(relative)
+def test_control_edges_form_a_forest(relative, loaded_trace):
+    tables = loaded_trace(relative)
     nodes = tables.polars("et_nodes")
     ctrl = tables.polars("edges").filter(pl.col("kind") == "et_ctrl")
     assert ctrl["dst"].is_unique().all()  # at most one parent
@@ -340,11 +333,11 @@ def test_control_edges_form_a_forest(relative, loaded):
 
 
 @pytest.mark.parametrize("relative", ET_FILES)
-def test_data_edges_follow_tensors_forward(relative, loaded):
+def test_data_edges_follow_tensors_forward(relative, loaded_trace):
     """Each et_data edge: src < dst (so the graph is acyclic), src output a tensor that dst reads, src is not an
     ancestor of dst (an op has not written its outputs while its children run), and no other node wrote that
     tensor after src finished and before dst started."""
-    tables = loaded(relative)
+    tables = loaded_trace(relative)
     nodes = tables.polars("et_nodes")
     data = tables.polars("edges").filter(pl.col("kind") == "et_data")
     assert data.height > 0 and (data["src"] < data["dst"]).all()
