@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,44 +26,29 @@ def shared_trace(relative: str | Path) -> Path:
     return path
 
 
-# The oldest-versions run (.ci/run) checks the oldest libraries, not the corpus: there, a test marked `every_trace`
-# runs on these traces only (`--sample-traces`). In those tests they run every line of tracekit that the whole corpus
-# runs (coverage.py, per test and trace, 2026-11-25): the 2020 bare list, plain JSON read in blocks, an args field
-# kept raw (Triton's cuLaunchKernel), a device matched by no id (MTIA), nothing after the entries (CUDA graphs), ROCm
-# (and the first load, which imports and reads what later loads reuse); v100_ns_resolution adds no line but
-# fractional epoch-µs values. The newest-versions run keeps every trace.
-SAMPLE_TRACES = {
-    "amd/mi250_minitoy_train.json.gz",
-    "legacy/resnet50_2020-12_bare_list.pt.trace.json.gz",
-    "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
-    "nvidia/a100_triton_cuLaunchKernel.json.gz",
-    "nvidia/h100_kineto_cuda_sync_unit.json",
-    "nvidia/v100_ns_resolution.json.gz",
-    "other/mtia_inference.json.gz",
-}
-
-
 def pytest_addoption(parser):
-    parser.addoption("--sample-traces", action="store_true",
-                     help="run tests marked every_trace on conftest.SAMPLE_TRACES only (the oldest-versions CI run)")
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "every_trace: parametrized over every shared trace (`path`); "
-                                       "--sample-traces keeps SAMPLE_TRACES")
+    parser.addoption("--skip-listed", metavar="FILE", type=Path,
+                     help="deselect the tests FILE names, a node id a line (# comments): .ci/oldest_skip.txt, the "
+                          "tests the oldest-versions CI run leaves out (.ci/oldest_subset.py chose them)")
 
 
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("--sample-traces"):
+    """--skip-listed FILE: deselect what FILE names; a test it does not name (added or renamed since) runs."""
+    if not config.getoption("--skip-listed"):
         return
-    kept, deselected = [], []
-    for item in items:
-        path = item.callspec.params.get("path") if item.get_closest_marker("every_trace") else None
-        sampled = path is None or str(path.relative_to(TRACES)) in SAMPLE_TRACES
-        (kept if sampled else deselected).append(item)
+    listed = {line.strip() for line in config.getoption("--skip-listed").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    collected = {item.nodeid for item in items}
+    files = {nodeid.partition("::")[0] for nodeid in collected}
+    gone = {nodeid for nodeid in listed - collected if nodeid.partition("::")[0] in files}
+    if gone:
+        warnings.warn(pytest.PytestWarning(
+            f"{config.getoption('--skip-listed')}: {len(gone)} listed tests no longer exist (e.g. {min(gone)}); "
+            "the tests that replaced them run: choose again with .ci/oldest_subset.py"))
+    deselected = [item for item in items if item.nodeid in listed]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = kept
+        items[:] = [item for item in items if item.nodeid not in listed]
 
 
 def all_kineto_traces() -> list[Path]:

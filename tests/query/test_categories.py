@@ -123,7 +123,6 @@ def check_trace(tables: tracekit.TraceTables) -> dict[str, pl.DataFrame]:
     return got
 
 
-@pytest.mark.every_trace
 @pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
 def test_one_rule_on_every_shared_trace(path, loaded_trace):
     check_trace(loaded_trace(path))
@@ -191,7 +190,6 @@ def shared_paths(*relative: str) -> list[Path]:
     return [TRACES / r for r in relative]
 
 
-@pytest.mark.every_trace
 @pytest.mark.parametrize("path", shared_paths(
     "nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz", "nvidia/h100_bert-small.json.gz",
     "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "multirank/dlrm_8ranks_v100",
@@ -279,7 +277,6 @@ def test_category_totals_table_has_a_row_per_trace():
     assert current == totals_table(rows)
 
 
-@pytest.mark.every_trace
 @pytest.mark.parametrize("path", shared_paths(*TOTALS_TRACES), ids=lambda p: str(p.relative_to(TRACES)))
 def test_category_totals_table_is_current(path, loaded_trace):
     relative = str(path.relative_to(TRACES))

@@ -10,7 +10,6 @@ from tracekit.diff.sections import SECTIONS
 from tracekit.query import analyses
 
 
-@pytest.mark.every_trace
 @pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
 def test_overview_step_statistics_steps_sheet_and_diff_count_the_same_steps(path, loaded_trace):
     tables = loaded_trace(path)

@@ -42,7 +42,6 @@ def gpu_time_under_each_name(events: pl.DataFrame, edges: pl.DataFrame) -> pl.Da
             .group_by("rank", "name").agg(ns=pl.col("dur").sum()))
 
 
-@pytest.mark.every_trace
 @pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
 def test_subtree_time_per_name_is_the_gpu_time_under_its_calls(path, loaded_trace):
     tables = loaded_trace(path)

@@ -16,7 +16,6 @@ from tests.support.invariants import accounted_entries, trace_entries
 from tracekit import schema
 
 
-@pytest.mark.every_trace
 @pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
 def test_nothing_lost(path):
     """Rows across all tables plus dropped diagnostics equal len(traceEvents), for every shared trace."""
