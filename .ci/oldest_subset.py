@@ -8,7 +8,7 @@ queries/ files whose text reaches DuckDB, each test weighted by its time in a ru
 pins.
 
     VENV/bin/python .ci/oldest_subset.py [TESTS...]   # VENV: the oldest pins and coverage (pip install -c
-                                                      # .ci/oldest.txt -e '.[test]' coverage); ~35 min on 2 cores
+                                                      # .ci/oldest.txt -e '.[test,oldest-subset]'); ~45 min on 2 cores
     VENV/bin/python .ci/oldest_subset.py --work DIR   # keeps the measurement in DIR, or chooses from the one there
 
 writes .ci/oldest_skip.txt: the tests the cover leaves out. `pytest --skip-listed=.ci/oldest_skip.txt`
