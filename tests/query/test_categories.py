@@ -224,7 +224,7 @@ def test_vector_norm_op_and_kernel_are_both_reductions():
                                               f"kernel_category('dma_request', 'kernel') as dma, "
                                               f"gpu_timeline_category('dma_request', 'kernel') as dma_timeline")
     assert got.row(0) == ("reduction", "reduction", "memcpy/memset", "memcpy")
-    assert re.search("linalg_vector_norm", rule.tables()["Op categories"][8][3])
+    assert re.search("linalg_vector_norm", rule.tables()["Op categories"][10][3])
 
 
 TOTALS_TRACES = ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz",
@@ -346,3 +346,50 @@ def test_moe_batched_gemms_and_optimizer_kernels_have_their_category():
     got = catalog.sql(tracekit.TraceTables(), f"select kernel_category('{moe_gemm}', 'kernel'), "
                                               f"kernel_category('{adam}', 'kernel')")
     assert got.row(0) == ("GEMM", "elementwise")
+
+
+def test_moe_op_and_kernel_names_from_the_libraries():
+    """MoE names as vLLM, SGLang, aiter, triton_kernels, TensorRT-LLM and DeepEP define them (and as the shared B200
+    and MI300X vLLM traces show them): the MoE layer's ops are MoE; its routing, sorting and combining kernels are MoE,
+    its expert GEMMs GEMM; communication still wins, and Inductor kernels and sampling's top-k are not MoE."""
+    ops = {"vllm::moe_forward": "MoE", "vllm::moe_forward_shared": "MoE", "vllm::inplace_fused_experts": "MoE",
+           "_moe_C::topk_softmax": "MoE", "_moe_C::moe_align_block_size": "MoE", "_moe_C::moe_sum": "MoE",
+           "_moe_C::grouped_topk": "MoE", "sgl_kernel::moe_fused_gate": "MoE", "sgl_kernel::topk_softmax": "MoE",
+           "sgl_kernel::prepare_moe_input": "MoE", "sglang::outplace_fused_experts": "MoE",
+           "aiter::fmoe_fp8_blockscale_g1u1": "MoE", "aiter::ck_moe_stage1": "MoE", "aiter::moe_sorting_fwd": "MoE",
+           "aiter::biased_grouped_topk": "MoE", "aiter::topk_sigmoid": "MoE", "TopK": "MoE", "SortTokens": "MoE",
+           "SortTokensBackward": "MoE",
+           "deep_ep::dispatch": "communication", "c10d::all_to_all_single": "communication",
+           "aten::topk": "other", "triton_poi_fused_constant_pad_nd_moe_forward_0": "other", "aten::mm": "GEMM"}
+    kernels = {
+        "void vllm::moe::topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int*)": "MoE",
+        "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int)": "MoE",
+        "void vllm::moe::count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, unsigned long)": "MoE",
+        "void vllm::moe::moe_sum_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16 const*, int)": "MoE",
+        "void vllm::moe::grouped_topk_fused_kernel<float, float, int>(float*, float*, int*, float const*)": "MoE",
+        "moe_fused_gate_kernel": "MoE", "_combined_routing_compute": "MoE", "_combined_routing_memset": "MoE",
+        "_sum_bitmatrix_rows": "MoE", "_topk_forward": "MoE", "_finalize_matmul_scatter_bf16": "MoE",
+        "void moe::dev::routing::routingIndicesOffsetsKernel<moe::dev::routing::routingRenormalize::KernelParams"
+        "<__nv_bfloat16, __nv_bfloat16, 128, false, true, true> >()": "MoE",
+        "void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<cutlass::bfloat16_t, "
+        "cutlass::bfloat16_t, 4, true> >()": "MoE",
+        "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*)": "MoE",
+        "fused_moe_kernel": "GEMM", "fused_moe_kernel_gptq_awq": "GEMM",
+        "_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1_swiglu": "GEMM",
+        "aiter::fmoe_bf16_blockscaleFp8_g1u1_vs_gelu_1tg_32x128": "GEMM",
+        "void marlin_moe_wna16::Marlin<__nv_bfloat16, 4, 8, 4, 4, 4, false>(int4 const*)": "GEMM",
+        "moe_ck2stages_gemm1_256x32x128x128_1x4_MulABScaleExpertWeightShuffled_v3": "GEMM",
+        "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*)": "communication",
+        "triton_poi_fused_constant_pad_nd_moe_forward_0": "elementwise",
+        "void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>(at::cuda::detail::TensorInfo<float const, "
+        "unsigned int>)": "other"}
+    def quoted(names):
+        return ", ".join("('" + n.replace("'", "''") + "')" for n in names)
+    tables = tracekit.TraceTables()
+    got_ops = dict(catalog.sql(tables, f"select name, op_category(name) from (values {quoted(ops)}) v(name)").rows())
+    got_kernels = dict(catalog.sql(tables, "select name, kernel_category(name, 'kernel') "
+                                           f"from (values {quoted(kernels)}) v(name)").rows())
+    assert got_ops == ops and got_kernels == kernels
+    # the document's tables say the same
+    assert {n: rule.op_category(n) for n in ops} == ops
+    assert {n: rule.kernel_category(n, "kernel") for n in kernels} == kernels
