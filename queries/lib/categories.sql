@@ -21,7 +21,8 @@
 -- notes: Deliberate differences from TraceLens's op categories: attention is its own category (TraceLens: other),
 -- reductions are called reduction (TraceLens: reduce), normalization covers forward and backward (NORM_fwd/_bwd),
 -- embedding lookups are their own category (TraceLens: other), and vector/matrix norms (linalg_vector_norm, its
--- NormTwoOps reduce kernel, _foreach_norm) are reductions, not normalization.
+-- NormTwoOps reduce kernel, _foreach_norm) are reductions, not normalization, and MoE layers are MoE (TraceLens: other,
+-- or its MoE_fused/MoE_unfused/MoE_aux lists of op names).
 
 create or replace macro communication_kernel(name) as
     regexp_matches(name, '(?i)nccl|rccl|nvshmem|rocshmem|roc_shmem|mscclpp|cross_device_reduce|quickreduce'

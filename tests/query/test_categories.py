@@ -234,7 +234,7 @@ TOTALS_TRACES = ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.js
                  "multirank/dlrm_8ranks_v100",
                  "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
                  "other/mtia_inference.json.gz")
-CATEGORIES = ("GEMM", "attention", "convolution", "embedding", "normalization", "elementwise", "reduction",
+CATEGORIES = ("GEMM", "attention", "convolution", "embedding", "normalization", "elementwise", "reduction", "MoE",
               "communication", "memcpy/memset", "other")
 
 
@@ -393,3 +393,81 @@ def test_moe_op_and_kernel_names_from_the_libraries():
     # the document's tables say the same
     assert {n: rule.op_category(n) for n in ops} == ops
     assert {n: rule.kernel_category(n, "kernel") for n in kernels} == kernels
+
+
+@pytest.mark.parametrize("engine, capture", [("vllm", "hip"), ("sglang", "cuda")])
+def test_synth_serving_moe_equals_ground_truth(tmp_path, engine, capture):
+    """`synth --serving --moe`: the MoE op category's direct kernel time is the GPU time the simulation gave the MoE
+    block's ops (decode replays owned by the replay; with the capture read, by those ops too), the MoE kernel category
+    is the block's routing, sorting and combine kernels, and its expert GEMMs are GEMM kernels (all by construction)."""
+    synth.write(synth.synthesize_serving(synth.ServingConfig(engine=engine, ranks=2, iterations=10, seed=4, moe=True,
+                                                             graph_capture=capture)), tmp_path)
+    truth = synth.read_ground_truth(tmp_path)
+    ranks = sorted(tmp_path.glob("rank*.json"))
+    for captures, key in (([], "op_ns"), (sorted((tmp_path / "capture").glob("rank*.json")), "op_ns_with_capture")):
+        tables = tracekit.load(ranks, graph_captures=captures)
+        got = check_trace(tables)
+        for r in truth["ranks"]:
+            by_op = dict(got["op_categories"].filter(pl.col("rank") == r["rank"])
+                         .select("category", "direct_kernel_ms").rows())
+            kernels = got["kernel_summary"].filter(pl.col("rank") == r["rank"])
+            by_kernel = dict(kernels.group_by("category").agg(pl.col("total_us").sum()).rows())
+            expert = kernels.filter(pl.col("kernel_name") == "fused_moe_kernel")
+            assert round(by_op["MoE"] * 1e6) == r["moe"][key] > 0
+            assert round(by_kernel["MoE"] * 1e3) == r["moe"]["kernel_ns"] > 0
+            assert set(expert["category"]) == {"GEMM"}
+            assert round(expert["total_us"].sum() * 1e3) == r["moe"]["expert_gemm_ns"] > 0
+
+
+def direct_kernel_us_by_op(raw: dict) -> dict[str, float]:
+    """Per op name, the summed durations of the GPU ops whose launch call's innermost enclosing cpu_op on its thread
+    is a call of that op (TraceLens's direct kernel time), from the trace's JSON alone; "" for launches outside
+    every op."""
+    events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    gpu = {}
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get("args", {}):
+            gpu.setdefault(e["args"]["correlation"], []).append(e["dur"])
+    by_thread: dict[tuple, list] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], 0, -e["dur"], e))
+        elif e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("args", {}).get("correlation") in gpu:
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], 1, -e["dur"], e))
+    out: dict[str, float] = {}
+    for items in by_thread.values():
+        stack: list[dict] = []
+        for ts, is_launch, _, e in sorted(items, key=lambda item: item[:3]):
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] < ts + e["dur"]:
+                stack.pop()
+            if is_launch:
+                name = stack[-1]["name"] if stack else ""
+                out[name] = out.get(name, 0.0) + sum(gpu[e["args"]["correlation"]])
+            else:
+                stack.append(e)
+    return out
+
+
+def test_vllm_moe_forward_is_moe_on_the_shared_b200_trace(loaded_trace):
+    """The shared B200 vLLM trace: vllm::moe_forward's direct kernel time, computed from the JSON alone, is the MoE
+    op category's (over half the GPU time, once called other); by the documented kernel rule its kernels are MoE
+    (routing, finalize) or GEMM (the expert bmm_* kernels)."""
+    import gzip
+    import json
+
+    path = shared_trace("nvidia/b200_eager_rank0of8.json.gz")
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    direct = direct_kernel_us_by_op(raw)
+    moe_us, total_us = direct["vllm::moe_forward"], sum(direct.values())
+    assert [n for n in direct if rule.op_category(n) == "MoE"] == ["vllm::moe_forward"]
+    tables = loaded_trace(path)
+    got = analyses.run_all(tables, ["op_categories", "kernel_by_op"])
+    by_op = dict(got["op_categories"].select("category", "direct_kernel_ms").rows())
+    assert by_op["MoE"] * 1e3 == pytest.approx(moe_us, abs=0.01)
+    assert by_op["MoE"] / sum(by_op.values()) == pytest.approx(moe_us / total_us, abs=1e-4)
+    assert moe_us / total_us > 0.5 and by_op.get("other", 0) < 0.1 * by_op["MoE"]
+    kernels = got["kernel_by_op"].filter(pl.col("op_name") == "vllm::moe_forward")
+    expected = [rule.kernel_category(n, k) for n, k in kernels.select("kernel_name", "kind").iter_rows()]
+    share = kernels.with_columns(expected=pl.Series(expected)).filter(
+        pl.col("expected").is_in(["MoE", "GEMM"]))["total_us"].sum() / moe_us
+    assert share > 0.95
