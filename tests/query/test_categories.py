@@ -362,7 +362,7 @@ def test_moe_op_and_kernel_names_from_the_libraries():
            "deep_ep::dispatch": "communication", "c10d::all_to_all_single": "communication",
            "aten::topk": "other", "triton_poi_fused_constant_pad_nd_moe_forward_0": "other", "aten::mm": "GEMM"}
     kernels = {
-        "void vllm::moe::topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int*)": "MoE",
+        "void vllm::moe::topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*)": "MoE",
         "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int)": "MoE",
         "void vllm::moe::count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, unsigned long)": "MoE",
         "void vllm::moe::moe_sum_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16 const*, int)": "MoE",

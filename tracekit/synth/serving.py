@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from itertools import groupby
 from dataclasses import asdict, dataclass
+from itertools import groupby
 
 from tracekit.errors import InputError
 from tracekit.synth.job import BASE_TIME_NS, FIRST_CORRELATION, HOST_PID, TRACE_START_NS
@@ -51,19 +51,24 @@ LAYER = ((RMSNORM, "_C::rms_norm"), ("GEMM", "aten::mm"), (ATTENTION, "vllm::uni
 # and fused-experts ops. Routing, sorting and the combine of expert outputs are MoE kernels; the Triton
 # fused_moe_kernel runs the expert GEMMs (by construction: MOE_OWN_KERNELS and EXPERT_GEMM, not by name).
 EXPERT_GEMM = "fused_moe_kernel"
-VLLM_TOPK = "void vllm::moe::topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int*, int, int, int)"
-VLLM_ALIGN = "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)"
+VLLM_TOPK = ("void vllm::moe::topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int*, "
+             "int, int, int)")
+VLLM_ALIGN = ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, "
+              "unsigned long, int*)")
 VLLM_SUM = "void vllm::moe::moe_sum_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16 const*, int)"
-SGLANG_TOPK = "void topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int, int, int, bool)"
-SGLANG_ALIGN = "void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)"
+SGLANG_TOPK = ("void topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int, int, int, "
+               "bool)")
+SGLANG_ALIGN = ("void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, "
+                "unsigned long, int*)")
 SGLANG_SORT = "void count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, unsigned long)"
-SGLANG_SUM = "void moe_sum_reduce_warp_per_token_vec_kernel<c10::BFloat16, 8>(c10::BFloat16 const*, c10::BFloat16*, int)"
-MOE_BLOCK = {"vllm": ((VLLM_TOPK, "vllm::moe_forward"), (VLLM_ALIGN, "vllm::moe_forward"),
-                      (EXPERT_GEMM, "vllm::moe_forward"), (ACT, "vllm::moe_forward"), (EXPERT_GEMM, "vllm::moe_forward"),
-                      (VLLM_SUM, "vllm::moe_forward")),
+SGLANG_SUM = ("void moe_sum_reduce_warp_per_token_vec_kernel<c10::BFloat16, 8>(c10::BFloat16 const*, c10::BFloat16*, "
+              "int)")
+MOE_BLOCK = {"vllm": tuple((kernel, "vllm::moe_forward")
+                           for kernel in (VLLM_TOPK, VLLM_ALIGN, EXPERT_GEMM, ACT, EXPERT_GEMM, VLLM_SUM)),
              "sglang": ((SGLANG_TOPK, "sgl_kernel::topk_softmax"), (SGLANG_ALIGN, "sgl_kernel::moe_align_block_size"),
-                        (SGLANG_SORT, "sgl_kernel::moe_align_block_size"), (EXPERT_GEMM, "sglang::inplace_fused_experts"),
-                        (EXPERT_GEMM, "sglang::inplace_fused_experts"), (SGLANG_SUM, "sglang::inplace_fused_experts"))}
+                        (SGLANG_SORT, "sgl_kernel::moe_align_block_size"),
+                        (EXPERT_GEMM, "sglang::inplace_fused_experts"), (EXPERT_GEMM, "sglang::inplace_fused_experts"),
+                        (SGLANG_SUM, "sglang::inplace_fused_experts"))}
 MOE_OWN_KERNELS = {VLLM_TOPK, VLLM_ALIGN, VLLM_SUM, SGLANG_TOPK, SGLANG_ALIGN, SGLANG_SORT, SGLANG_SUM}
 MOE_OPS = {op for block in MOE_BLOCK.values() for _, op in block}
 FRAMES = {"vllm": ["vllm/v1/engine/core.py(236): step", "vllm/v1/worker/gpu_worker.py(447): execute_model",
@@ -357,6 +362,7 @@ def capture_layers(cap: ServingSim, graph: dict) -> None:
     by_module: dict[str, list[dict]] = defaultdict(list)
     for launch in graph["launches"]:
         by_module[launch["module"]].append(launch)
+
     def calls(launches):  # consecutive launches of one op: one call
         for launch in launches:
             call = f"{prefix}MemsetAsync" if launch["kind"] == "memset" else f"{prefix}LaunchKernel"
@@ -392,7 +398,8 @@ def capture_file_name(rank: int, config: ServingConfig) -> str:
 
 def moe_op_ns(owners: dict[tuple[str, str | None], int]) -> int:
     """GPU time owned by the MoE block's ops (MOE_OPS), as an op or as a replayed kernel's captured op."""
-    return sum(ns for (attribution, owner), ns in owners.items() if attribution in ("op", "capture") and owner in MOE_OPS)
+    return sum(ns for (attribution, owner), ns in owners.items()
+               if attribution in ("op", "capture") and owner in MOE_OPS)
 
 
 def owner_truth(owners: dict[tuple[str, str | None], int], suffix: str) -> dict:
