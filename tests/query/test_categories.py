@@ -471,3 +471,21 @@ def test_vllm_moe_forward_is_moe_on_the_shared_b200_trace(loaded_trace):
     share = kernels.with_columns(expected=pl.Series(expected)).filter(
         pl.col("expected").is_in(["MoE", "GEMM"]))["total_us"].sum() / moe_us
     assert share > 0.95
+
+
+def test_moe_layer_of_the_shared_mi300x_decode_replay_against_tracelens():
+    """The shared MI300X vLLM decode replay read with its capture: the MoE op category is the whole MoE layer,
+    vllm::moe_forward with the routing ops nested in it (triton_kernels' SortTokens and TopK), which TraceLens's
+    capture-merged ops_summary gives as moe_forward's subtree kernel time (and files under other)."""
+    import csv
+
+    replay = shared_trace("amd/mi300x_vllm_decode_graph_execution.json.gz")
+    capture = shared_trace("amd/mi300x_vllm_decode_graph_capture.json.gz")
+    with (TRACES / "amd/mi300x_vllm_decode.tracelens_csvs/ops_summary.csv").open() as f:
+        oracle = {row["name"]: row for row in csv.DictReader(f)}
+    tables = tracekit.load(replay, graph_captures=[capture])
+    by_op = dict(analyses.run(tables, "op_categories").select("category", "direct_kernel_ms").rows())
+    moe = oracle["vllm::moe_forward"]
+    assert moe["Categories"] == "['other']"
+    assert by_op["MoE"] * 1e3 == pytest.approx(float(moe["total_subtree_kernel_time_sum"]), abs=1)
+    assert by_op["MoE"] / sum(by_op.values()) > 0.6
