@@ -3,7 +3,7 @@
 -- includes: lib/categories
 -- columns:
 --   rank: rank
---   category: op category (op_category in lib/categories.sql, from the op name): GEMM, attention, convolution, embedding, normalization, elementwise, reduction, communication, memcpy/memset, other
+--   category: op category (op_category in lib/categories.sql, from the op name): GEMM, attention, convolution, embedding, normalization, elementwise, reduction, MoE, communication, memcpy/memset, other
 --   count: calls of ops in the category, less those nested inside a call of the same category on their thread
 --     (aten::addmm inside aten::linear is one GEMM call, not two)
 --   gpu_calls: calls that launched GPU work themselves

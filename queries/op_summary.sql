@@ -4,7 +4,7 @@
 -- columns:
 --   rank: rank
 --   name: op name (events.name of kind cpu_op)
---   category: op category (rules in lib/categories.sql): GEMM, attention, convolution, normalization, elementwise, reduction, communication, memcpy/memset, other
+--   category: op category (rules in lib/categories.sql): GEMM, attention, convolution, embedding, normalization, elementwise, reduction, MoE, communication, memcpy/memset, other
 --   count: calls
 --   gpu_calls: calls that launched GPU work themselves
 --   total_cpu_ms: ms, summed call durations on the CPU

@@ -13,14 +13,16 @@
 --     memcpy ops and transfer kernels, computation = every other kernel and every memset (TraceLens's split, with
 --     its nccl/rccl name test widened to communication_kernel).
 --   op_base_name(name): lower-case op name without namespace (aten::), autograd wrapper, trailing _ or Backward.
---   op_category(name): GEMM, attention, convolution, embedding, normalization, elementwise, reduction,
+--   op_category(name): GEMM, attention, convolution, embedding, normalization, elementwise, reduction, MoE,
 --     communication, memcpy/memset, other: from the op's name alone, so one op name has one category in every
 --     sheet, step and run.
---   kernel_category(name, kind): the same categories from a GPU op's name and kind.
+--   kernel_category(name, kind): the same categories from a GPU op's name and kind; a kernel is MoE for the MoE
+--     layer's own work (routing, top-k, token sorting, the combine of expert outputs), its expert GEMMs are GEMM.
 -- notes: Deliberate differences from TraceLens's op categories: attention is its own category (TraceLens: other),
 -- reductions are called reduction (TraceLens: reduce), normalization covers forward and backward (NORM_fwd/_bwd),
 -- embedding lookups are their own category (TraceLens: other), and vector/matrix norms (linalg_vector_norm, its
--- NormTwoOps reduce kernel, _foreach_norm) are reductions, not normalization.
+-- NormTwoOps reduce kernel, _foreach_norm) are reductions, not normalization, and MoE layers are MoE (TraceLens: other,
+-- or its MoE_fused/MoE_unfused/MoE_aux lists of op names).
 
 create or replace macro communication_kernel(name) as
     regexp_matches(name, '(?i)nccl|rccl|nvshmem|rocshmem|roc_shmem|mscclpp|cross_device_reduce|quickreduce'
@@ -55,6 +57,12 @@ create or replace macro op_category(name) as
                               '^(inplace_|outplace_)?(all_?reduce|all_?gather(_into_tensor)?|reduce_?scatter(_tensor)?'
                               || '|all_?to_?all(_single)?|broadcast|barrier)(_coalesced)?$')
             then 'communication'
+        -- MoE layers: vllm::moe_forward, fused experts, routing, top-k, align/sort (_moe_C::, sgl_kernel::, aiter::),
+        -- triton_kernels' TopK and SortTokens autograd Functions; an Inductor kernel is not MoE by its name
+        when regexp_matches(name, '^(TopK|SortTokens)(Backward)?$')
+            or (regexp_matches(lower(name), 'moe|expert|topk_(softmax|sigmoid|gating)|grouped_topk')
+                and not regexp_matches(lower(name), '^triton_(poi|red|per|tem)_'))
+            then 'MoE'
         when regexp_matches(op_base_name(name), '^(_local_scalar_dense|item|_copy_from|_copy_from_and_resize)$')
             then 'memcpy/memset'
         when regexp_matches(op_base_name(name), 'scaled_dot_product|flash|attention|attn|sdpa|fmha')
@@ -102,6 +110,13 @@ create or replace macro kernel_category(name, kind) as
     case
         when kind in ('memcpy', 'memset') or (kind = 'kernel' and transfer_kernel(name)) then 'memcpy/memset'
         when communication_kernel(name) then 'communication'
+        -- the MoE layer's own kernels (routing, top-k, token sorting and alignment, the combine of expert outputs,
+        -- DeepEP's local layout kernels); its expert GEMMs stay GEMM (docs/categories.md)
+        when regexp_matches(name, '(?i)moe|expert|routing|topk_?(softmax|sigmoid|gating)|grouped_?topk|bitmatrix'
+                                  || '|^_topk_forward|^_finalize_matmul|^_expt_data|(deep_ep|dpsk::ep)::')
+            and not regexp_matches(name, '(?i)gemm|flatmm|::marlin<|^_?matmul_ogs|^bmm_|^fused_moe_kernel|fmoe_'
+                                         || '|^triton_(poi|red|per|tem)_')
+            then 'MoE'
         -- before convolution: cuDNN's attention kernels say fprop (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_*)
         when regexp_matches(name, '(?i)flash|fmha|attn|attention|sdpa') then 'attention'
         -- conv as a word, not inside one (vllm::_typeConvert is no convolution)
@@ -111,7 +126,9 @@ create or replace macro kernel_category(name, kind) as
         when regexp_matches(name, '(?i)embedding') and not regexp_matches(name, '(?i)rotary') then 'embedding'
         when regexp_matches(regexp_replace(name, '(?i)fbgemm', '', 'g'),
                             -- bmm_: TensorRT-LLM's batched GEMMs (bmm_MxE4m3_MxE2m1..., MoE experts on Blackwell)
-                            '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma|^bmm_')
+                            -- fused_moe_kernel (Triton) and aiter's fmoe_* run a MoE layer's expert GEMMs
+                            '(?i)gemm|cutlass|xmma|cublas|hipblaslt|cijk_|nvjet|matmul|wmma|^bmm_|::marlin<|flatmm'
+                            || '|^fused_moe_kernel|fmoe_')
             then 'GEMM'
         when regexp_matches(name, '(?i)norm(zero|one|two|inf|minusinf)?ops|lpnorm') then 'reduction'
         when regexp_matches(name, '(?i)norm|rowwisemoments|welford|gammabeta|(^|[^a-z])bn_(fw|bw)')

@@ -72,5 +72,5 @@ def kernel_category(name: str, kind: str) -> str:
 
 def op_category(name: str) -> str:
     return _first(tables()["Op categories"], {
-        "lower name": name.lower(), "base name": op_base_name(name),
+        "name": name, "lower name": name.lower(), "base name": op_base_name(name),
         "lower name without fbgemm": name.lower().replace("fbgemm", ""), "any": True})

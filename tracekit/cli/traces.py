@@ -112,11 +112,14 @@ def report(traces, out_dir, rank, force, wide, peak_file):
                    "it with --graph-capture); hip launch calls name their kernel, cuda ones do not.")
 @click.option("--capture-mismatch", type=click.Choice(["missing", "extra"]), default=None,
               help="With --with-capture: the capture lacks each graph's last launch, or has one more than the replays.")
+@click.option("--moe", is_flag=True,
+              help="With --serving: each layer's MLP is a mixture of experts, run by the engine's MoE ops and kernels "
+                   "(routing, alignment, expert GEMMs, combine); the ground truth says their time.")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for rank{r}.json and ground_truth.json.")
 @user_errors
 def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, queued_kernels, expert_parallel, merged,
-          gzip_output, serving, graph_launch, graph_capture, capture_mismatch, out_dir):
+          gzip_output, serving, graph_launch, graph_capture, capture_mismatch, moe, out_dir):
     """Write synthetic Kineto traces of a data-parallel training job (or, with --serving, of an LLM serving
     engine), with their exact ground truth."""
     from tracekit import synth as synthetic
@@ -127,15 +130,15 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, que
         config = synthetic.ServingConfig(engine=serving, ranks=ranks, iterations=steps, layers=max(1, round(2 * scale)),
                                          seed=seed, graph_launch=graph_launch, queued_kernels=queued_kernels,
                                          graph_capture=graph_capture or "", capture_mismatch=capture_mismatch or "",
-                                         gzip=gzip_output)
+                                         moe=moe, gzip=gzip_output)
         synthesis = synthetic.synthesize_serving(config)
         paths = synthetic.write(synthesis, out_dir)
         stdout.print(f"wrote {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in paths)} "
                      f"({ranks} ranks, {steps} {serving} iterations each), "
                      + "".join(f"{c}, " for c in synthesis.captures) + synthetic.GROUND_TRUTH_FILE)
         return
-    if graph_capture or capture_mismatch:
-        raise InputError("--with-capture and --capture-mismatch apply to --serving traces only")
+    if graph_capture or capture_mismatch or moe:
+        raise InputError("--with-capture, --capture-mismatch and --moe apply to --serving traces only")
     paths = synthetic.generate(out_dir, ranks, steps, seed, scale=scale, noise=noise, noise_seed=noise_seed,
                                drift=drift,
                                slow_kernels=synthetic.parse_slow_kernels(slow_kernels), queued_kernels=queued_kernels,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from itertools import groupby
 
 from tracekit.errors import InputError
 from tracekit.synth.job import BASE_TIME_NS, FIRST_CORRELATION, HOST_PID, TRACE_START_NS
@@ -45,6 +46,31 @@ SAMPLER = "void vllm::sampler_kernel<float>(float const*, long*, int)"
 MEMCPY = "Memcpy HtoD (Pinned -> Device)"
 LAYER = ((RMSNORM, "_C::rms_norm"), ("GEMM", "aten::mm"), (ATTENTION, "vllm::unified_attention"), ("GEMM", "aten::mm"),
          (ACT, "_C::silu_and_mul"), ("GEMM", "aten::mm"))
+# With moe: each layer's MLP is a mixture of experts, as the engine runs it: (kernel, op) per launch, consecutive
+# launches of one op being one call. vLLM runs the layer in one op (vllm::moe_forward); SGLang in its routing, align
+# and fused-experts ops. Routing, sorting and the combine of expert outputs are MoE kernels; the Triton
+# fused_moe_kernel runs the expert GEMMs (by construction: MOE_OWN_KERNELS and EXPERT_GEMM, not by name).
+EXPERT_GEMM = "fused_moe_kernel"
+VLLM_TOPK = ("void vllm::moe::topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int*, "
+             "int, int, int)")
+VLLM_ALIGN = ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, "
+              "unsigned long, int*)")
+VLLM_SUM = "void vllm::moe::moe_sum_kernel<c10::BFloat16, 8>(c10::BFloat16*, c10::BFloat16 const*, int)"
+SGLANG_TOPK = ("void topkGatingSoftmax<8, 8, 4, 16, int>(float const*, bool const*, float*, int, int*, int, int, int, "
+               "bool)")
+SGLANG_ALIGN = ("void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, "
+                "unsigned long, int*)")
+SGLANG_SORT = "void count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, unsigned long)"
+SGLANG_SUM = ("void moe_sum_reduce_warp_per_token_vec_kernel<c10::BFloat16, 8>(c10::BFloat16 const*, c10::BFloat16*, "
+              "int)")
+MOE_BLOCK = {"vllm": tuple((kernel, "vllm::moe_forward")
+                           for kernel in (VLLM_TOPK, VLLM_ALIGN, EXPERT_GEMM, ACT, EXPERT_GEMM, VLLM_SUM)),
+             "sglang": ((SGLANG_TOPK, "sgl_kernel::topk_softmax"), (SGLANG_ALIGN, "sgl_kernel::moe_align_block_size"),
+                        (SGLANG_SORT, "sgl_kernel::moe_align_block_size"),
+                        (EXPERT_GEMM, "sglang::inplace_fused_experts"), (EXPERT_GEMM, "sglang::inplace_fused_experts"),
+                        (SGLANG_SUM, "sglang::inplace_fused_experts"))}
+MOE_OWN_KERNELS = {VLLM_TOPK, VLLM_ALIGN, VLLM_SUM, SGLANG_TOPK, SGLANG_ALIGN, SGLANG_SORT, SGLANG_SUM}
+MOE_OPS = {op for block in MOE_BLOCK.values() for _, op in block}
 FRAMES = {"vllm": ["vllm/v1/engine/core.py(236): step", "vllm/v1/worker/gpu_worker.py(447): execute_model",
                    "vllm/v1/worker/gpu_model_runner.py(2176): execute_model"],
           "sglang": ["sglang/srt/managers/scheduler.py(812): event_loop_normal",
@@ -65,8 +91,13 @@ class ServingConfig:
     queued_kernels: int = 0
     graph_capture: str = ""  # also write the trace of capturing the decode graphs: hip or cuda launch calls
     capture_mismatch: str = ""  # the capture lacks each graph's last launch (missing) or has one more (extra)
+    moe: bool = False  # each layer's MLP is a mixture of experts (MOE_BLOCK)
     merged: bool = False  # the writer's option (never set: one rank file per rank)
     gzip: bool = False
+
+    def layer(self) -> tuple[tuple[str, str], ...]:
+        """One decoder layer's launches: (kernel, op) each, consecutive launches of one op being one call."""
+        return LAYER[:4] + MOE_BLOCK[self.engine] if self.moe else LAYER
 
     def check(self) -> None:
         if self.engine not in ENGINES:
@@ -138,6 +169,7 @@ class ServingSim:
         self.owners: dict[tuple[str, str | None], int] = defaultdict(int)  # (attribution, owner) → ns
         self.owners_with_capture: dict[tuple[str, str | None], int] = defaultdict(int)  # the same, capture read
         self.unmatched = 0  # replayed GPU ops the capture has no launch for
+        self.moe_kernel_ns = {"moe": 0, "expert_gemm": 0}  # GPU time of the MoE block's own kernels, its expert GEMMs
         self.graphs: dict[tuple[str, ...], int] = {}  # a graph's kernel names → its number, by first launch
         self.iterations: list[dict] = []
         self.iteration_gpu: list[int] = []
@@ -178,33 +210,39 @@ class ServingSim:
         for (cat, name, ns), with_capture in zip(ops, captured or [owner] * len(ops)):
             self.owners[owner] += self.gpu_op(cat, name, ns, self.correlation, start)
             self.owners_with_capture[with_capture] += ns
+            if name in MOE_OWN_KERNELS or name == EXPERT_GEMM:
+                self.moe_kernel_ns["moe" if name in MOE_OWN_KERNELS else "expert_gemm"] += ns
         self.now += dur
 
     def kernel_ns(self, name: str, tokens: int) -> int:
-        base = {ATTENTION: 9_000, RMSNORM: 2_000, ACT: 3_000, ARGMAX: 4_000, SAMPLER: 5_000}.get(name, 12_000)
-        return base + tokens * (20 if name in (GEMM_SMALL, GEMM_LARGE) else 4) + self.rng.randint(0, 999)
+        base = {ATTENTION: 9_000, RMSNORM: 2_000, ACT: 3_000, ARGMAX: 4_000, SAMPLER: 5_000}.get(
+            name, 3_000 if name in MOE_OWN_KERNELS else 12_000)
+        return (base + tokens * (20 if name in (GEMM_SMALL, GEMM_LARGE, EXPERT_GEMM) else 4)
+                + self.rng.randint(0, 999))
 
-    def op(self, op_name: str, kernel: str, tokens: int) -> None:
-        self.span("cpu_op", op_name, lambda: self.launch("cudaLaunchKernel",
-                                                         [("kernel", kernel, self.kernel_ns(kernel, tokens))],
-                                                         ("op", op_name)))
+    def op(self, op_name: str, kernels: list[str], tokens: int) -> None:
+        """One call of OP_NAME launching KERNELS, each with its own launch call."""
+        def body():
+            for kernel in kernels:
+                self.launch("cudaLaunchKernel", [("kernel", kernel, self.kernel_ns(kernel, tokens))], ("op", op_name))
+        self.span("cpu_op", op_name, body)
 
     def forward_eager(self, it: Iteration) -> None:
         gemm = GEMM_LARGE if it.tokens > 32 else GEMM_SMALL
         for _ in range(self.config.layers):
-            for kernel, op_name in LAYER:
-                self.op(op_name, gemm if kernel == "GEMM" else kernel, it.tokens)
+            for op_name, launches in groupby(self.config.layer(), key=lambda launch: launch[1]):
+                self.op(op_name, [gemm if kernel == "GEMM" else kernel for kernel, _ in launches], it.tokens)
 
     def replay(self, it: Iteration) -> None:
         gemm = GEMM_LARGE if it.generation > 32 else GEMM_SMALL
-        names = tuple(gemm if k == "GEMM" else k for _ in range(self.config.layers) for k, _ in LAYER)
+        names = tuple(gemm if k == "GEMM" else k for _ in range(self.config.layers) for k, _ in self.config.layer())
         graph = self.graphs.setdefault(names, len(self.graphs) + 1)
         kernels = [("kernel", n, self.kernel_ns(n, it.generation)) for n in names]
         owner = (("python_frame", REPLAY_FRAME) if self.config.graph_launch == "frame"
                  else ("graph_launch", f"cudaGraphLaunch[graph {graph}, {len(names)} kernels]"))
         captured = None
         if self.config.graph_capture:
-            ops = [op for _ in range(self.config.layers) for _, op in LAYER]
+            ops = [op for _ in range(self.config.layers) for _, op in self.config.layer()]
             captured = [("capture", op) for op in ops]
             if self.config.capture_mismatch == "missing":  # the capture lacks the last launch
                 captured[-1] = owner
@@ -228,7 +266,7 @@ class ServingSim:
                 self.replay(it)
             else:
                 self.forward_eager(it)
-            self.op("aten::argmax", ARGMAX, it.batch_size)
+            self.op("aten::argmax", [ARGMAX], it.batch_size)
             if it.phase == "mixed":
                 self.span("user_annotation", "sample_tokens", lambda: self.launch(
                     "cudaLaunchKernel", [("kernel", SAMPLER, self.kernel_ns(SAMPLER, it.batch_size))],
@@ -282,6 +320,11 @@ class ServingSim:
     def truth(self) -> dict:
         truth = {"rank": self.rank, "iterations": self.iterations, **owner_truth(self.owners, ""),
                  "gpu_ns": sum(self.owners.values())}
+        if self.config.moe:
+            truth["moe"] = {"op_ns": moe_op_ns(self.owners), "kernel_ns": self.moe_kernel_ns["moe"],
+                            "expert_gemm_ns": self.moe_kernel_ns["expert_gemm"]}
+            if self.config.graph_capture:
+                truth["moe"]["op_ns_with_capture"] = moe_op_ns(self.owners_with_capture)
         if self.config.graph_capture:
             truth |= owner_truth(self.owners_with_capture, "_with_capture")
             truth["capture"] = {"file": capture_file_name(self.rank, self.config), "graphs": self.captured_graphs(),
@@ -319,20 +362,24 @@ def capture_layers(cap: ServingSim, graph: dict) -> None:
     by_module: dict[str, list[dict]] = defaultdict(list)
     for launch in graph["launches"]:
         by_module[launch["module"]].append(launch)
+
+    def calls(launches):  # consecutive launches of one op: one call
+        for launch in launches:
+            call = f"{prefix}MemsetAsync" if launch["kind"] == "memset" else f"{prefix}LaunchKernel"
+            cap.runtime(call, launch["kernel"] if prefix == "hip" and launch["kind"] == "kernel" else None)
+
     for module, launches in by_module.items():
         def ops(launches=launches):
-            for launch in launches:
-                call = f"{prefix}MemsetAsync" if launch["kind"] == "memset" else f"{prefix}LaunchKernel"
-                named = launch["kernel"] if prefix == "hip" and launch["kind"] == "kernel" else None
-                cap.span("cpu_op", launch["op"], lambda call=call, named=named: cap.runtime(call, named),
+            for op, same in groupby(launches, key=lambda launch: launch["op"]):
+                cap.span("cpu_op", op, lambda same=list(same): calls(same),
                          {"Input Dims": [[32, 4096]], "Input type": ["c10::BFloat16"]})
         cap.span("python_function", module, ops)
 
 
 def capture_launches(names: tuple[str, ...], config: ServingConfig) -> list[dict]:
     """A graph's captured launches (kernel, kind, op, module) for its kernel NAMES, as capture_mismatch has them."""
-    ops = [op for _ in range(config.layers) for _, op in LAYER]
-    per_layer = len(LAYER)
+    ops = [op for _ in range(config.layers) for _, op in config.layer()]
+    per_layer = len(config.layer())
     launches = [{"kernel": name, "kind": "kernel", "op": op, "module": f"nn.Module: DecoderLayer_{i // per_layer}"}
                 for i, (name, op) in enumerate(zip(names, ops))]
     if config.capture_mismatch == "missing":
@@ -349,6 +396,12 @@ def capture_file_name(rank: int, config: ServingConfig) -> str:
 
 
 
+def moe_op_ns(owners: dict[tuple[str, str | None], int]) -> int:
+    """GPU time owned by the MoE block's ops (MOE_OPS), as an op or as a replayed kernel's captured op."""
+    return sum(ns for (attribution, owner), ns in owners.items()
+               if attribution in ("op", "capture") and owner in MOE_OPS)
+
+
 def owner_truth(owners: dict[tuple[str, str | None], int], suffix: str) -> dict:
     by_attribution: dict[str, int] = defaultdict(int)
     for (attribution, _), ns in owners.items():
@@ -359,6 +412,11 @@ def owner_truth(owners: dict[tuple[str, str | None], int], suffix: str) -> dict:
 
 
 SERVING_DEFINITIONS = {
+    "moe": "with --moe: op_ns, the GPU time (ns) owned by the MoE block's ops (vllm::moe_forward; SGLang's "
+           "sgl_kernel::topk_softmax, sgl_kernel::moe_align_block_size, sglang::inplace_fused_experts), decode "
+           "replays being owned by the replay, not by these ops (op_ns_with_capture: with the capture read, they are); "
+           "kernel_ns, the GPU time of the block's routing, sorting and expert-output-combining kernels; "
+           "expert_gemm_ns, of its expert GEMMs (fused_moe_kernel)",
     "iterations": "one per iteration annotation, in order: its name, phase, batch_size (sequences), tokens (null "
                   "where the marker does not say: SGLang's DECODE), CPU window (the annotation) and GPU window "
                   "(first start to last end of the GPU ops launched inside it); holds_queued_work: GPU work with no "
