@@ -68,9 +68,10 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
     (`step_scope.with_every_step`); the others over the whole trace alone."""
     failures: dict[str, str] = {}
     names = totals_analyses(sections)
+    stepwise = [n for n in per_step_analyses(sections) if n in names]
     with catalog.connect(tables, materialize=True) as con:
-        with_steps = step_scope.with_every_step(con, tables)
-        stepwise = [] if with_steps is None else [n for n in per_step_analyses(sections) if n in names]
+        with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise))
+        stepwise = [] if with_steps is None else stepwise
         results = analyses.run_all(tables, [n for n in names if n not in stepwise], failures, con=con)
     if with_steps is None:
         return SidePart(results, failures=failures, run_info=run_info(tables))

@@ -23,8 +23,9 @@ Each file starts with a header of `-- key: value` comment lines:
     --   gpu_ops(): every kernel, memcpy and memset with its launch call
     -- notes: free text (definitions, deliberate differences from other tools)
 
-A file's includes are loaded before it, transitively and in dependency order, each once per connection
-(`load_includes`): DuckDB binds a macro when it is created, so a file whose includes are not loaded fails to load.
+Before a file runs, the macros it calls from the files it includes are defined, with the macros they call, each
+after those it calls and each once per connection (`define_macros`; `load_includes` defines whole files): DuckDB
+binds a macro when it is created, so a macro whose callees are not defined fails to define.
 A macro whose name starts with `_` is a private helper of its file; the others are public (listed by `.macros`).
 
 An input may be another analysis (e.g. `-- inputs: op_summary, ranks` in the cross-rank queries): it is run first
@@ -290,13 +291,37 @@ def run_stage(con: duckdb.DuckDBPyConnection, names, parameters: dict[str, dict]
     return results
 
 
-# What each live connection has loaded (files) and bound (analyses as views), and which table macros it computes
+MACRO_CALL = re.compile(r"\b([a-z_][a-z_0-9]*)\s*\(", re.IGNORECASE)
+
+
+@cache
+def macro_definitions() -> dict[str, str]:
+    """Every macro of queries/lib → its `create or replace macro ...` statement, in the order the files define them
+    (each after the macros it calls: DuckDB binds a macro when it is created)."""
+    definitions = {}
+    for name in include_order(library()):
+        text = load_query(name).statement
+        found = list(MACRO_DEFINITION.finditer(text))
+        for here, after in zip(found, found[1:] + [None]):
+            definitions[here.group(1)] = text[here.start():after.start() if after else len(text)]
+    return definitions
+
+
+@cache
+def macro_calls(text: str) -> frozenset[str]:
+    """The macros of queries/lib that TEXT calls (a definition's own name left out)."""
+    own = MACRO_DEFINITION.match(text.lstrip())
+    return frozenset(MACRO_CALL.findall(text[own.end():] if own else text)) & macro_files().keys()
+
+
+# What each live connection has defined (macros) and bound (analyses as views), and which table macros it computes
 # once into temp tables (`connect(materialize=True)`). Weak keys: forgotten with the connection, so this holds no
 # state of its own beyond the connections' lifetimes.
 @dataclass(frozen=True)
 class Catalogued:
-    done: set[str] = field(default_factory=set)  # lib files loaded, analyses bound as views
-    materialize: tuple[str, ...] = ()  # table macros computed into temp tables as their files are loaded
+    done: set[str] = field(default_factory=set)  # analyses bound as views
+    macros: set[str] = field(default_factory=set)  # macros defined
+    materialize: tuple[str, ...] = ()  # table macros computed into temp tables as they are defined
 
 
 _CATALOGUED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, Catalogued] = weakref.WeakKeyDictionary()
@@ -311,28 +336,30 @@ def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
 
 
 def load_includes(con: duckdb.DuckDBPyConnection, names) -> None:
-    """Define on `con` the macros of the files NAMES and of what they include, in dependency order, each file once
-    per connection; each table macro the connection materializes (`connect(materialize=True)`) is computed into a
-    temp table as soon as it is defined and redefined to read it (`materialize_macro`). A connection loads only
-    the files its queries include: a report's cross-rank connection, whose analyses call no shared macro, computes
-    none of them."""
+    """Define on `con` every macro of the files NAMES and of what they include (`define_macros`)."""
+    define_macros(con, [macro for name in include_order(names) for macro in defined_macros(load_query(name).sql)])
+
+
+def define_macros(con: duckdb.DuckDBPyConnection, macros) -> None:
+    """Define on `con` the macros MACROS and the macros they call, transitively, each after those it calls and each
+    once per connection; each table macro the connection materializes (`connect(materialize=True)`) is computed
+    into a temp table instead and defined to read it (`materialize_macro`).
+
+    DuckDB binds a macro when it is created, expanding every macro it calls (lib/steps took ~0.18 s to define
+    whole): a connection defines only what its queries call, and the macros defined after a materialized one bind
+    its table, not its body (bench/RESULTS.md)."""
     state = catalogued(con)
-    for name in include_order(names):
-        if name not in state.done:
-            text, start = load_query(name).statement, 0
-            # DuckDB binds a macro when it is created, expanding every macro it calls: the macros defined after a
-            # materialized one bind its table, not its body (~0.1 s less per report connection, bench/RESULTS.md)
-            definitions = list(MACRO_DEFINITION.finditer(text))
-            for here, after in zip(definitions, definitions[1:] + [None]):
-                if here.group(1) in state.materialize:
-                    end = after.start() if after else len(text)
-                    if text[start:here.start()].strip():
-                        con.execute(text[start:here.start()])
-                    materialize_macro(con, here.group(1), text[here.start():end])
-                    start = end
-            if text[start:].strip():
-                con.execute(text[start:])
-            state.done.add(name)
+    needed = set(macros) - state.macros
+    for macro in reversed(macro_definitions()):  # each after every macro that calls it
+        if macro in needed:
+            needed |= macro_calls(macro_definitions()[macro]) - state.macros
+    for macro, definition in macro_definitions().items():
+        if macro in needed:
+            if macro in state.materialize:
+                materialize_macro(con, macro, definition)
+            else:
+                con.execute(definition)
+            state.macros.add(macro)
 
 
 def materialize_macro(con: duckdb.DuckDBPyConnection, name: str, definition: str) -> None:
@@ -348,10 +375,18 @@ def materialize_macro(con: duckdb.DuckDBPyConnection, name: str, definition: str
 
 
 def ready(con: duckdb.DuckDBPyConnection, name: str) -> str:
-    """The SQL of queries/NAME.sql, with the files it includes loaded on `con`: how every stage runs a file."""
+    """The SQL of queries/NAME.sql, with the macros it calls from the files it includes defined on `con`: how every
+    stage runs a file."""
     query = load_query(name)
-    load_includes(con, query.includes)
+    define_macros(con, macro_calls(query.statement) & included_macros(name))
     return query.statement
+
+
+@cache
+def included_macros(name: str) -> frozenset[str]:
+    """The macros of the files queries/NAME.sql includes, transitively."""
+    return frozenset(macro for lib in include_order(load_query(name).includes)
+                     for macro in defined_macros(load_query(lib).sql))
 
 
 @cache
@@ -380,10 +415,10 @@ def analysis_order(name: str) -> list[str]:
 
 
 # Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them (and bind
-# their bodies again); a connection made for many analyses computes each once into a temp table, as soon as its file
-# is loaded (when a query first needs it), and points the macro at it. The step macros: 5 of the report's analyses
-# expand step_windows() (2026-11-26). The critical path's stages: each its own statement, whose sorts and joins are
-# freed before the next one starts (the walk in one statement set the report's peak, bench/RESULTS.md).
+# their bodies again); a connection made for many analyses computes each once into a temp table, when a query first
+# calls it, and points the macro at it. The step macros: 5 of the report's analyses expand step_windows()
+# (2026-11-26). The critical path's stages: each its own statement, whose sorts and joins are freed before the next
+# one starts (the walk in one statement set the report's peak, bench/RESULTS.md).
 SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
                        "step_windows", "step_metrics", "steady_steps", "step_or_trace_windows", "rank_devices",
                        "_critical_path_events", "_critical_path_calls",
@@ -391,10 +426,10 @@ SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every table registered; the catalog's files are loaded as queries need them.
+    """A DuckDB connection with every table registered; the catalog's macros are defined as queries call them.
 
     With `materialize` (a connection for running several analyses), each shared table macro is computed once, when
-    the first query that calls it loads its file, and DuckDB's memory is held to the tables' size
+    the first query that calls it is run (`define_macros`), and DuckDB's memory is held to the tables' size
     (`connection.limit_to_input`).
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
@@ -409,13 +444,13 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
 def prepare(con: duckdb.DuckDBPyConnection, query: str, problems: dict[str, str] | None = None) -> None:
-    """Define on `con` what the ad-hoc QUERY names from the catalog: the lib files of the macros it calls (with
-    their includes) and a view per analysis it reads, after the views of the analyses that one reads.
+    """Define on `con` what the ad-hoc QUERY names from the catalog: the macros it calls (with those they call) and
+    a view per analysis it reads, after the views of the analyses that one reads.
 
     A view that cannot be defined is left out, with the reason in `problems`; the query then fails on its own
     terms, naming the missing table."""
     words = set(IDENTIFIER.findall(query))
-    load_includes(con, sorted({macro_files()[w] for w in words & macro_files().keys()}))
+    define_macros(con, words & macro_files().keys())
     done = loaded(con)
     problems = {} if problems is None else problems
     for named in sorted(words & viewable() - done):
@@ -423,8 +458,7 @@ def prepare(con: duckdb.DuckDBPyConnection, query: str, problems: dict[str, str]
             if name in done or name in problems:
                 continue
             try:
-                load_includes(con, load_query(name).includes)
-                con.execute(f"create or replace view {name} as {load_query(name).statement.strip().rstrip(';')}")
+                con.execute(f"create or replace view {name} as {ready(con, name).strip().rstrip(';')}")
                 done.add(name)
             except duckdb.Error as exc:
                 problems[name] = str(exc).splitlines()[0]

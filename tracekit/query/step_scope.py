@@ -75,12 +75,14 @@ def scoped_tables(con: duckdb.DuckDBPyConnection, step: int, ranks: list[int] | 
         drop_scopes(con)
 
 
-def with_every_step(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> tuple[TraceTables, pl.DataFrame] | None:
+def with_every_step(con: duckdb.DuckDBPyConnection, tables: TraceTables, rows: bool = True
+                    ) -> tuple[TraceTables, pl.DataFrame] | None:
     """TABLES (registered on `con`) and, beside their rows, every step of every rank on a pseudo-rank of its own
     (above every rank of TABLES): what an analysis computes over them it computes over the whole trace and for every
     step in one run (analyses key on rank, and a per-rank analysis's rows for a rank depend on that rank's rows
     only). With the scopes (scope_rank, rank, step) that `unscoped` maps back; None when no rank holds a step (or
-    pseudo-ranks would overflow a 32-bit rank).
+    pseudo-ranks would overflow a 32-bit rank). With `rows` false, TABLES as they are, for a caller that computes
+    nothing per step but needs the steps.
 
     The steps' rows are copied out of `con` once, so the analyses' shared tables cover them and the whole trace in
     one pass (`catalog.connect(materialize=True)`), and each analysis is planned once for both."""
@@ -90,6 +92,8 @@ def with_every_step(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> tupl
     try:
         if not scopes.height:
             return None
+        if not rows:
+            return tables, scopes
         steps = scoped_rows(con)
         return tables.with_tables(**{name: pa.concat_tables([table, steps[name].cast(table.schema)])
                                      for name, table in tables.items()}), scopes
