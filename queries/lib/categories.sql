@@ -118,7 +118,10 @@ create or replace macro kernel_category(name, kind) as
                                          || '|^triton_(poi|red|per|tem)_')
             then 'MoE'
         -- before convolution: cuDNN's attention kernels say fprop (cudnn_generated_fort_native_sdpa_sm90_flash_fprop_*)
-        when regexp_matches(name, '(?i)flash|fmha|attn|attention|sdpa') then 'attention'
+        -- on the name without its parameter list: a parameter type is no kernel's job (TensorRT-LLM's
+        -- quantize_with_block_size takes a flashinfer::QuantizationSFLayout)
+        when regexp_matches(regexp_replace(name, '\([^()]*\)\s*$', ''), '(?i)flash|fmha|attn|attention|sdpa')
+            then 'attention'
         -- conv as a word, not inside one (vllm::_typeConvert is no convolution)
         when regexp_matches(name, '(?i)(^|[^a-z])conv|conv_?(fwd|bwd|\dd)|convolution|implicit_gemm|fprop|dgrad'
                                   || '|wgrad|winograd|igemm_(fwd|bwd|wrw)|[sh]cudnn')

@@ -345,6 +345,23 @@ def test_moe_batched_gemms_and_optimizer_kernels_have_their_category():
     assert got.row(0) == ("GEMM", "elementwise")
 
 
+def test_a_kernel_is_attention_by_its_name_and_template_not_by_its_parameter_types():
+    """TensorRT-LLM's quantize kernel on the shared B200 trace takes a flashinfer:: parameter: no attention. Attention
+    kernels whose name says so only in a template argument (a CUTLASS device_kernel wrapping FlashAttention's) or
+    whose parameters also say it (PyTorch's memory-efficient attention) stay attention."""
+    quantize = ("void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::BlockScaleQuantizationType)2, "
+                "__nv_bfloat16, 32, true>(int, int, int, int, __nv_bfloat16 const*, float const*, unsigned int*, "
+                "unsigned int*, flashinfer::QuantizationSFLayout)")
+    wrapped = ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<cute::tuple<"
+               "cute::C<1>>, true>>>(flash::FlashAttnFwdSm90<cute::tuple<cute::C<1>>, true>::Params)")
+    mem_efficient = ("fmha_cutlassF_f16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::half_t, "
+                     "cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)")
+    got = catalog.sql(tracekit.TraceTables(), "select " + ", ".join(f"kernel_category('{n}', 'kernel')"
+                                                                     for n in (quantize, wrapped, mem_efficient)))
+    assert got.row(0) == ("other", "attention", "attention")
+    assert [rule.kernel_category(n, "kernel") for n in (quantize, wrapped, mem_efficient)] == list(got.row(0))
+
+
 def test_moe_op_and_kernel_names_from_the_libraries():
     """MoE names as vLLM, SGLang, aiter, triton_kernels, TensorRT-LLM and DeepEP define them (and as the shared B200
     and MI300X vLLM traces show them): the MoE layer's ops are MoE; its routing, sorting and combining kernels are MoE,

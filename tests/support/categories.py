@@ -67,6 +67,7 @@ def gpu_timeline_category(name: str, kind: str) -> str:
 def kernel_category(name: str, kind: str) -> str:
     return _first(tables()["Kernel categories"], {
         "kind": kind, "kernel name": name, "kernel name without fbgemm": re.sub("(?i)fbgemm", "", name),
+        "kernel name without parameters": re.sub(r"\([^()]*\)\s*$", "", name),
         "communication kernel": communication_kernel(name), "any": True})
 
 
