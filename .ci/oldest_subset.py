@@ -50,17 +50,25 @@ _tests: dict[str, dict] = defaultdict(lambda: {"seconds": 0.0, "setup_seconds": 
 
 
 def _record_statements() -> None:
-    """Wrap Query.statement, the one place a queries/ file's text is read to be run, to note the running test."""
+    """Note the running test's SQL: wrap Query.statement, the one place a queries/ file's text is read to be run, and
+    define_macros, which defines the lib macros a connection's queries call (from text read once per process)."""
     from tracekit.engine import catalog
 
-    statement = catalog.Query.statement.fget
+    statement, define_macros = catalog.Query.statement.fget, catalog.define_macros
 
     def noted(query):
         if "test" in _current:
             _tests[_current["test"]]["queries"].add(query.name)
         return statement(query)
 
+    def defined(con, macros):
+        before = set(catalog.catalogued(con).macros)
+        define_macros(con, macros)
+        if "test" in _current:
+            _tests[_current["test"]]["queries"].update(f"macro {m}" for m in catalog.catalogued(con).macros - before)
+
     catalog.Query.statement = property(noted)
+    catalog.define_macros = defined
 
 
 def measuring() -> bool:
@@ -122,9 +130,7 @@ def measure(work: Path, selection: list[str]) -> None:
     # coverage starts in every Python process of VENV that finds COVERAGE_PROCESS_START (xdist workers, the CLI
     # processes tests start): the .pth file coverage's docs give for subprocesses
     python = sys.executable
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    pth = Path(site) / "tracekit_cover_subprocesses.pth"
+    pth = Path(sysconfig.get_paths()["purelib"]) / "tracekit_cover_subprocesses.pth"
     pth.write_text("import coverage; coverage.process_startup()\n")
     env = {**os.environ, "COVERAGE_PROCESS_START": str(rc), RECORDS: str(work), "TRACEKIT_FUZZ_EXAMPLES": FUZZ_EXAMPLES,
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / ".ci")])}

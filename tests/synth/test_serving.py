@@ -132,9 +132,10 @@ def test_iteration_markers_as_the_engines_write_them(kind, name, expected):
     from tracekit.engine import catalog, connection
 
     con = connection.connect()
-    catalog.load_includes(con, ["lib/iterations"])
-    got = con.execute("select iteration_marker($1, $2) as m, iteration_phase(m, $2), iteration_batch_size(m, $2), "
-                      "iteration_tokens(m, $2)", [kind, name]).fetchone()
+    query = ("select iteration_marker($1, $2) as m, iteration_phase(m, $2), iteration_batch_size(m, $2), "
+             "iteration_tokens(m, $2)")
+    catalog.prepare(con, query)
+    got = con.execute(query, [kind, name]).fetchone()
     assert got == expected
 
 

@@ -24,7 +24,7 @@ Each file starts with a header of `-- key: value` comment lines:
     -- notes: free text (definitions, deliberate differences from other tools)
 
 Before a file runs, the macros it calls from the files it includes are defined, with the macros they call, each
-after those it calls and each once per connection (`define_macros`; `load_includes` defines whole files): DuckDB
+after those it calls and each once per connection (`define_macros`): DuckDB
 binds a macro when it is created, so a macro whose callees are not defined fails to define.
 A macro whose name starts with `_` is a private helper of its file; the others are public (listed by `.macros`).
 
@@ -333,11 +333,6 @@ def catalogued(con: duckdb.DuckDBPyConnection) -> Catalogued:
 
 def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
     return catalogued(con).done
-
-
-def load_includes(con: duckdb.DuckDBPyConnection, names) -> None:
-    """Define on `con` every macro of the files NAMES and of what they include (`define_macros`)."""
-    define_macros(con, [macro for name in include_order(names) for macro in defined_macros(load_query(name).sql)])
 
 
 def define_macros(con: duckdb.DuckDBPyConnection, macros) -> None:
