@@ -192,11 +192,12 @@ class Bench:
         self.heading("stages of `report`, in one process: wall / CPU seconds, and the process's peak RSS after each")
         rows, analyses, baseline = [], {}, {}
         for trace in self.traces:
-            runs, base_runs = [], []
+            runs, each_runs, base_runs = [], [], []
             for _ in range(self.args.repeat):
                 runs.append(self.stages_run(REPO, trace))
+                each_runs.append(self.stages_run(REPO, trace, one_at_a_time=True))
                 if self.args.baseline:
-                    base_runs.append(self.stages_run(self.args.baseline, trace))
+                    base_runs.append(self.stages_run(self.args.baseline, trace, one_at_a_time=True))
             for name in base_runs[0]["per_analysis"] if base_runs else ():
                 baseline.setdefault(name, {})[trace.name] = tuple(
                     median(r["per_analysis"][name][i] for r in base_runs) for i in range(2))
@@ -210,31 +211,35 @@ class Bench:
             rows.append([trace.name, f"{json_mb(trace):.1f}", runs[0]["events"],
                          *(f"{wall[k]:.2f} / {cpu[k]:.2f} / {peak[k]:.0f}" for k in STAGES),
                          f"{sum(wall.values()):.2f} / {sum(cpu.values()):.2f} / {max(peak.values()):.0f}"])
-            for name in runs[0]["per_analysis"]:
+            for name in each_runs[0]["per_analysis"]:
                 analyses.setdefault(name, {})[trace.name] = tuple(
-                    median(r["per_analysis"][name][i] for r in runs) for i in range(2))
-            analyses.setdefault(ALL_ANALYSES, {})[trace.name] = (cpu["analyses"], max(peak.values()))
+                    median(r["per_analysis"][name][i] for r in each_runs) for i in range(2))
+            analyses.setdefault(ALL_ANALYSES, {})[trace.name] = (
+                median(r["stages"]["analyses"][1] for r in each_runs),
+                median(max(r["peak_mb"].values()) for r in each_runs))
             print(".", end="", flush=True)
         print("\n" + table(["trace", "JSON MB", "events", *STAGES, "total"], rows))
         names = [t.name for t in self.traces]
         top = sorted((a for a in analyses if a != ALL_ANALYSES),
                      key=lambda a: -sum(v[0] for v in analyses[a].values()))
-        print("\nPer analysis (CPU seconds, each on its own / MB the process's peak RSS rose while it ran; slowest "
-              "first):\n")
+        print("\nPer analysis, in a second process that runs them one at a time (CPU seconds, each on its own / MB the "
+              "process's peak RSS rose while it ran; slowest first):\n")
         print(table(["analysis", *names], [[a, *(f"{analyses[a][n][0]:.2f} / {analyses[a][n][1]:.0f}"
                                                   if n in analyses[a] else "" for n in names)] for a in top]))
         if baseline:
-            print("\nThe slowest analyses, baseline → this checkout (CPU s / MB of peak rise; same rotation; the "
-                  "shared tables are part of the analysis that first needs each):\n")
+            print("\nThe slowest analyses, baseline → this checkout, one at a time (CPU s / MB of peak rise; same "
+                  "rotation; the shared tables are part of the analysis that first needs each):\n")
             shown = [a for a in top[:8] if a in baseline] + [ALL_ANALYSES]
             print(table(["analysis", *names], [[a, *(
                 f"{baseline[a][n][0]:.2f} / {baseline[a][n][1]:.0f} → {analyses[a][n][0]:.2f} / {analyses[a][n][1]:.0f}"
                 if n in analyses[a] and n in baseline[a] else "" for n in names)] for a in shown]))
 
-    def stages_run(self, repo: Path, trace: Path) -> dict:
-        """One stages child of checkout REPO over TRACE: its JSON line."""
+    def stages_run(self, repo: Path, trace: Path, one_at_a_time: bool = False) -> dict:
+        """One stages child of checkout REPO over TRACE (its analyses as the report runs them, or one at a time,
+        each measured): its JSON line."""
         proc = subprocess.run([sys.executable, str(repo / "bench" / "run.py"), "--stages-child", str(trace),
-                               self.out("stages")], env={**os.environ, "PYTHONPATH": str(repo)},
+                               self.out("stages"), *(["--one-at-a-time"] if one_at_a_time else [])],
+                              env={**os.environ, "PYTHONPATH": str(repo)},
                               capture_output=True, text=True)
         if proc.returncode:
             raise SystemExit(f"stages of {trace} ({repo}): {proc.stderr[-2000:]}")
@@ -388,19 +393,19 @@ def compare_outputs(new: Path, base: Path) -> tuple[list[str], list[str]]:
     return files, differ + sorted(set(base_files) - set(files))
 
 
-def stages_child(trace: Path, out: Path) -> None:
+def stages_child(trace: Path, out: Path, one_at_a_time: bool) -> None:
     """One report of TRACE in this process, timed by stage (wall and CPU seconds: imports, read, link, analyses,
-    write; imports' wall is the CPU of the interpreter's start too) with the peak RSS after each, and by analysis
-    (CPU seconds of each on its own, after the ones it reads, in the order `run_analyses` runs them, and how much
-    it raised the peak; a shared table is computed, and counted, in the first analysis that calls its macro);
-    prints one JSON line."""
+    write; imports' wall is the CPU of the interpreter's start too) with the peak RSS after each; its analyses as
+    the report runs them (`run_all`), or with ONE_AT_A_TIME each on its own and timed (CPU seconds of each, after
+    the ones it reads, and how much it raised the peak; a shared table is computed, and counted, in the first
+    analysis that calls its macro); prints one JSON line."""
     import tracekit  # noqa: F401  (what `tracekit report` imports)
     from tracekit.cli import traces  # noqa: F401
     from tracekit.engine.catalog import analysis_order, connect
     from tracekit.link.edges import build_edges
     from tracekit.output import terminal, workbooks
     from tracekit.pipeline import read_files
-    from tracekit.query.analyses import run_into
+    from tracekit.query.analyses import run_all, run_into
 
     clocks = [(time.perf_counter(), time.process_time())]
     stages = {"imports": (time.process_time(), time.process_time())}
@@ -422,10 +427,13 @@ def stages_child(trace: Path, out: Path) -> None:
         before = peak_rss_mb()
         # the shared tables are computed by the first analysis that needs each (`catalog.connect`)
         per_analysis["(connection)"] = (lap()[1], before - peaks["link"])
-        for name in order:
+        if not one_at_a_time:
+            results = run_all(tables, names, failures, con=con)
+        for name in order if one_at_a_time else ():
             run_into(con, name, results, failures)
             per_analysis[name] = (lap()[1], peak_rss_mb() - before)
             before = peak_rss_mb()
+        lap()
     stages["analyses"] = (clocks[-1][0] - start[0], clocks[-1][1] - start[1])
     peaks["analyses"] = peak_rss_mb()
     done = workbooks.Analyses({n: results[n] for n in names if n in results}, failures, tuple(tables.rank_list))
@@ -437,7 +445,7 @@ def stages_child(trace: Path, out: Path) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["--stages-child"]:
-        return stages_child(Path(sys.argv[2]), Path(sys.argv[3]))
+        return stages_child(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:5] == ["--one-at-a-time"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("commands", nargs="+", choices=["all", "imports", "ingest", "report", "stages", "timeline",

@@ -100,7 +100,8 @@ def test_diff_twice_gives_the_same_workbook(pair, synth_pair, tmp_path):
 
 def test_analyses_give_the_same_bits_on_one_thread_and_on_many():
     """Parallel aggregates add partial results in the order threads finish: none of the report's queries may let
-    that show (kernel stddevs did, in their last digits, on this trace)."""
+    that show (kernel stddevs did, in their last digits, on this trace). `threads=4` also runs 4 analyses at a
+    time, on cursors of one database (`analyses.run_concurrently`); `threads=1` one at a time."""
     tables = tracekit.load(shared_trace("nvidia/a100_trainer_rank0of16_cudagraph.json.gz"))
     names = list(dict.fromkeys(report.report_queries() + list(QUERIES)))
     one = analyses.run_all(tables, names, {}, threads=1)

@@ -43,6 +43,7 @@ Python only orchestrates: it loads the text, registers the tables and returns th
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 from dataclasses import dataclass, field
 from functools import cache
@@ -315,13 +316,15 @@ def macro_calls(text: str) -> frozenset[str]:
 
 
 # What each live connection has defined (macros) and bound (analyses as views), and which table macros it computes
-# once into temp tables (`connect(materialize=True)`). Weak keys: forgotten with the connection, so this holds no
-# state of its own beyond the connections' lifetimes.
+# once into tables (`connect(materialize=True)`). A cursor made by `cursor` shares its connection's entry, as it
+# shares its database's catalog; `lock` serialises definitions made from several threads. Weak keys: forgotten
+# with the connection, so this holds no state of its own beyond the connections' lifetimes.
 @dataclass(frozen=True)
 class Catalogued:
     done: set[str] = field(default_factory=set)  # analyses bound as views
     macros: set[str] = field(default_factory=set)  # macros defined
-    materialize: tuple[str, ...] = ()  # table macros computed into temp tables as they are defined
+    materialize: tuple[str, ...] = ()  # table macros computed into tables as they are defined
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 _CATALOGUED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, Catalogued] = weakref.WeakKeyDictionary()
@@ -331,42 +334,76 @@ def catalogued(con: duckdb.DuckDBPyConnection) -> Catalogued:
     return _CATALOGUED.setdefault(con, Catalogued())
 
 
+def cursor(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> duckdb.DuckDBPyConnection:
+    """A second connection to CON's database, for a query on another thread: TABLES registered on it, and CON's
+    macros, shared tables and results (all in the database's catalog) read through it as through CON."""
+    cur = tables.connect(con.cursor())
+    _CATALOGUED[cur] = catalogued(con)
+    return cur
+
+
 def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
     return catalogued(con).done
+
+
+def called_macros(macros) -> set[str]:
+    """MACROS and the macros they call, transitively."""
+    needed = set(macros)
+    for macro in reversed(macro_definitions()):  # each after every macro that calls it
+        if macro in needed:
+            needed |= macro_calls(macro_definitions()[macro])
+    return needed
 
 
 def define_macros(con: duckdb.DuckDBPyConnection, macros) -> None:
     """Define on `con` the macros MACROS and the macros they call, transitively, each after those it calls and each
     once per connection; each table macro the connection materializes (`connect(materialize=True)`) is computed
-    into a temp table instead and defined to read it (`materialize_macro`).
+    into a table instead and defined to read it (`materialize_macro`).
 
     DuckDB binds a macro when it is created, expanding every macro it calls (lib/steps took ~0.18 s to define
     whole): a connection defines only what its queries call, and the macros defined after a materialized one bind
     its table, not its body (bench/RESULTS.md)."""
     state = catalogued(con)
-    needed = set(macros) - state.macros
-    for macro in reversed(macro_definitions()):  # each after every macro that calls it
-        if macro in needed:
-            needed |= macro_calls(macro_definitions()[macro]) - state.macros
+    needed = called_macros(macros) - state.macros
     for macro, definition in macro_definitions().items():
-        if macro in needed:
-            if macro in state.materialize:
-                materialize_macro(con, macro, definition)
-            else:
+        if macro not in needed:
+            continue
+        if macro in state.materialize:
+            materialize_macro(con, macro)
+            continue
+        with state.lock:
+            if macro not in state.macros:
                 con.execute(definition)
-            state.macros.add(macro)
+                state.macros.add(macro)
 
 
-def materialize_macro(con: duckdb.DuckDBPyConnection, name: str, definition: str) -> None:
-    """Compute table macro NAME, whose `create or replace macro NAME() as table ...` is DEFINITION, once into a
-    temp table, and define the macro to read it. Its body is bound once, by the table's query: creating the macro
-    first would bind it twice."""
+def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Compute table macro NAME (`create or replace macro NAME() as table ...`) once into a table, and define the
+    macro to read it. Its body is bound once, by the table's query: creating the macro first would bind it twice.
+    The table is computed outside the definitions' lock: other threads' queries run meanwhile (`shared_tables`)."""
+    state = catalogued(con)
+    if name in state.macros:
+        return
+    definition = macro_definitions()[name]
     head = re.match(rf"\s*create\s+or\s+replace\s+macro\s+{name}\s*\(\s*\)\s+as\s+table\b", definition,
                     re.IGNORECASE)
     if head is None:
         raise ValueError(f"{name}: only a table macro without parameters can be materialized")
-    con.execute(f"create or replace temp table {name}_result as {definition[head.end():].strip().rstrip(';')};"
-                f"create or replace macro {name}() as table from {name}_result")
+    define_macros(con, macro_calls(definition))
+    con.execute(f"create or replace table {name}_result as {definition[head.end():].strip().rstrip(';')}")
+    with state.lock:
+        con.execute(f"create or replace macro {name}() as table from {name}_result")
+        state.macros.add(name)
+
+
+def shared_tables(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
+    """The table macros `con` materializes (and has not yet) that queries/NAME.sql calls, through the macros it
+    calls; for `macro:NAME`, those the body of macro NAME calls."""
+    state = catalogued(con)
+    macro = name.removeprefix("macro:")
+    calls = (macro_calls(macro_definitions()[macro]) if macro != name
+             else macro_calls(load_query(name).statement) & included_macros(name))
+    return (called_macros(calls) - {macro}) & set(state.materialize) - state.macros
 
 
 def ready(con: duckdb.DuckDBPyConnection, name: str) -> str:
@@ -410,7 +447,7 @@ def analysis_order(name: str) -> list[str]:
 
 
 # Table macros that several analyses call. DuckDB inlines macros, so each query would recompute them (and bind
-# their bodies again); a connection made for many analyses computes each once into a temp table, when a query first
+# their bodies again); a connection made for many analyses computes each once into a table, when a query first
 # calls it, and points the macro at it. The step macros: 5 of the report's analyses expand step_windows()
 # (2026-11-26). The critical path's stages: each its own statement, whose sorts and joins are freed before the next
 # one starts (the walk in one statement set the report's peak, bench/RESULTS.md).

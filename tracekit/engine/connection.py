@@ -100,6 +100,18 @@ def threads_for_input(input_bytes: int) -> int | None:
     return 1 if input_bytes < SMALL_INPUT_BYTES else None
 
 
+# Queries run at once by a run of several analyses (`analyses.run_all`), each on a thread of its own: the report's
+# analyses of the A100 trace took 1.32-1.63 s of wall time with 2 at a time on 2 cores, 1.74-2.25 s one at a time,
+# and 3 or 4 at a time gave no more there (bench/RESULTS.md).
+MAX_QUERY_WORKERS = 4
+
+
+def query_workers(threads: int | None = None) -> int:
+    """How many analyses a run runs at once: THREADS when given (a caller that caps DuckDB's threads caps this
+    too), else the machine's cores, at most MAX_QUERY_WORKERS."""
+    return threads or min(MAX_QUERY_WORKERS, os.cpu_count() or 1)
+
+
 def physical_memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -1,16 +1,27 @@
-"""Run the analyses of the SQL catalog over `TraceTables`: each after the analyses it reads, on one connection.
+"""Run the analyses of the SQL catalog over `TraceTables`: each after the analyses it reads, on one database.
 
 An input may be another analysis (e.g. `-- inputs: op_summary, ranks` in the cross-rank queries): it is run first
-and its result kept in a temp table of its name, so a query reads it like a table. The order comes from the
-catalog's one resolver (`catalog.analysis_order`); what is bound here is the materialised result (a run of several
-analyses shares each result), where `catalog.prepare` binds a view.
+and its result kept in a table of its name, so a query reads it like a table. The order comes from the catalog's
+one resolver (`catalog.analysis_order`); what is bound here is the materialised result (a run of several analyses
+shares each result), where `catalog.prepare` binds a view.
+
+A run of several analyses (`run_all`) runs them several at a time, each on a cursor of the same database: DuckDB
+runs a query on the thread that asks for it, without the GIL, and most of a report's queries are too small for
+DuckDB to spread one over the cores (the report's analyses of the A100 trace used 1.3 of 2 cores one at a time,
+bench/RESULTS.md). Each analysis still waits for the analyses it reads and for the shared tables it calls
+(`catalog.shared_tables`, each computed once); the results are the same bits in any order
+(tests/query/test_determinism.py).
 """
 
 from __future__ import annotations
 
+import queue
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
 import duckdb
 import polars as pl
 
+from tracekit.engine import catalog, connection
 from tracekit.engine.catalog import analysis_inputs, analysis_order, available, connect, ready
 from tracekit.engine.tables import TraceTables
 
@@ -28,7 +39,7 @@ def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = 
 
 def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.DataFrame],
              failures: dict[str, str] | None = None) -> pl.DataFrame | None:
-    """Run NAME on `con` after the analyses it reads, each result kept in a temp table of its name.
+    """Run NAME on `con` after the analyses it reads, one after the other, each result kept in a table of its name.
 
     `results` caches what already ran. With `failures`, a query that is missing or fails (or needs one that did)
     is recorded there as a one-line reason and None returned, instead of raising.
@@ -36,58 +47,158 @@ def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.Da
     if name in results:
         return results[name]
     failed = {} if failures is None else failures
-    if name in failed:
-        return None
-    try:
-        order = analysis_order(name)
-    except FileNotFoundError as exc:
-        if failures is None:
-            raise
-        failed[name] = str(exc)
-        return None
-    for step in order:
-        if step in results or step in failed:
+    for step in steps_of([name], results, failed, failures is not None):
+        run_step(con, step, results, failed, failures is not None)
+    return results.get(name)
+
+
+def steps_of(names: list[str], results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool) -> list[str]:
+    """NAMES and the analyses they read, each after those it reads, less those in RESULTS or FAILED; a missing
+    analysis is recorded in FAILED (with `record`) or raised (FileNotFoundError)."""
+    steps = []
+    for name in names:
+        if name in failed:
             continue
         try:
-            for dep in analysis_inputs(step):
-                if dep in failed:
-                    raise LookupError(f"needs {dep}, which failed: {failed[dep]}")
-            # kept in a temp table of its name, which the analyses after it read: `con.sql(query).pl()` would bind
-            # the query twice (once for the relation's schema, once to run it), ~0.1 CPU s of a report's analyses
-            con.execute(f"create or replace temp table {step} as {ready(con, step)}")
-            result = con.table(step).pl()
-        except (LookupError, duckdb.Error) as exc:
-            if failures is None:
+            steps += analysis_order(name)
+        except FileNotFoundError as exc:
+            if not record:
                 raise
-            failed[step] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            continue
-        results[step] = result
-    return results.get(name)
+            failed[name] = str(exc)
+    return [step for step in dict.fromkeys(steps) if step not in results and step not in failed]
+
+
+def run_step(con: duckdb.DuckDBPyConnection, step: str, results: dict[str, pl.DataFrame], failed: dict[str, str],
+             record: bool) -> None:
+    """Run analysis STEP on `con` (the analyses it reads have run) into RESULTS; with `record`, an error (or a
+    failed input) is recorded in FAILED as one line instead of raised."""
+    try:
+        for dep in analysis_inputs(step):
+            if dep in failed:
+                raise LookupError(f"needs {dep}, which failed: {failed[dep]}")
+        # kept in a table of its name, which the analyses after it read: `con.sql(query).pl()` would bind the
+        # query twice (once for the relation's schema, once to run it), ~0.1 CPU s of a report's analyses
+        con.execute(f"create or replace table {step} as {ready(con, step)}")
+        results[step] = con.table(step).pl()
+    except (LookupError, duckdb.Error) as exc:
+        if not record:
+            raise
+        failed[step] = one_line(exc)
+
+
+def one_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,
             progress=None, threads: int | None = None, given: dict[str, pl.DataFrame] | None = None,
             con: duckdb.DuckDBPyConnection | None = None) -> dict[str, pl.DataFrame]:
-    """Several analyses over one connection (tables registered, shared macros computed once, each result shared
-    with the analyses that read it).
+    """Several analyses over one database (tables registered, shared macros computed once, each result shared
+    with the analyses that read it), several at a time (`connection.query_workers`).
 
-    With `failures`, missing or failing queries are reported there instead of raised; `progress(name)` is called
-    after each requested analysis; `threads` as in `connect`. `given` results (computed elsewhere, e.g. each rank's
-    on its own tables) are read by the analyses as they are, not run again. On `con` when given (one made by
-    `connect(tables, materialize=True)`, which the caller uses further), else on a connection of its own.
+    With `failures`, missing or failing queries are reported there (in the order they would run) instead of
+    raised; `progress(name)` is called after each requested analysis; `threads` as in `connect`, and at most that
+    many analyses at a time. `given` results (computed elsewhere, e.g. each rank's on its own tables) are read by
+    the analyses as they are, not run again. On `con` when given (one made by `connect(tables, materialize=True)`,
+    which the caller uses further), else on a connection of its own.
     """
     if con is None:
         with connect(tables, materialize=True, threads=threads) as fresh:
             return run_all(tables, names, failures, progress, threads, given, fresh)
     results: dict[str, pl.DataFrame] = dict(given or {})
     wanted = names or available()
-    for name, frame in results.items():
-        con.register(name, frame.to_arrow())
-    for name in wanted:
-        run_into(con, name, results, failures)
-        if progress:
-            progress(name)
+    bound = {name: frame.to_arrow() for name, frame in results.items()}
+    for name, table in bound.items():
+        con.register(name, table)
+    failed = dict(failures or {})
+    steps = steps_of(wanted, results, failed, failures is not None)
+    done = (lambda step: progress(step) if step in wanted else None) if progress else (lambda step: None)
+    workers = connection.query_workers(threads)
+    if workers > 1 and len(steps) > 1:
+        run_concurrently(con, tables, bound, steps, results, failed, failures is not None, workers, done)
+    else:
+        for step in steps:
+            run_step(con, step, results, failed, failures is not None)
+            done(step)
+    if failures is not None:  # in the order the analyses would run one at a time
+        failures.update({name: failed[name] for name in dict.fromkeys([*wanted, *steps]) if name in failed})
     return {name: results[name] for name in wanted if name in results}
+
+
+def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound: dict, steps: list[str],
+                     results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool, workers: int,
+                     done) -> None:
+    """Run analyses STEPS (in `steps_of` order) on WORKERS cursors of `con`'s database at once (TABLES and the
+    given results BOUND registered on each): each after the analyses it reads and the shared tables it calls (a
+    node `macro:NAME` each, computed once), `done(step)` called here as each analysis ends. A node that runs out
+    of memory beside others runs again alone once the others end (the memory limit is the database's)."""
+    needs: dict[str, set[str]] = {}
+
+    def add(node: str) -> None:
+        if node not in needs:
+            needs[node] = {f"macro:{m}" for m in catalog.shared_tables(con, node)}
+            for macro in sorted(needs[node]):
+                add(macro)
+            needs[node] |= {dep for dep in analysis_inputs(node) if dep in steps} if node in steps else set()
+
+    for step in steps:
+        add(step)
+    cursors: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(workers):
+        cur = catalog.cursor(con, tables)
+        for name, table in bound.items():
+            cur.register(name, table)
+        cursors.put(cur)
+    macro_failed: dict[str, str] = {}
+
+    def run_node(node: str) -> None:
+        cur = cursors.get()
+        try:
+            if node in steps:
+                run_step(cur, node, results, failed, record=False)
+            else:
+                catalog.materialize_macro(cur, node.removeprefix("macro:"))
+        finally:
+            cursors.put(cur)
+
+    pending, running, finished, alone = list(needs), {}, set(), []
+    with ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query") as pool:
+        while pending or running or alone:
+            if alone and not running:
+                node = alone.pop(0)
+                running[pool.submit(run_node, node)] = (node, True)
+            while not alone and len(running) < workers:
+                ready = next((n for n in pending if needs[n] <= finished), None)
+                if ready is None:
+                    break
+                pending.remove(ready)
+                blocked = sorted(n for n in needs[ready] if n in macro_failed)
+                if blocked:  # as it fails one at a time: with the shared table's own error
+                    (failed if ready in steps else macro_failed)[ready] = macro_failed[blocked[0]]
+                    finished.add(ready)
+                    done(ready)
+                    continue
+                running[pool.submit(run_node, ready)] = (ready, False)
+            if not running:
+                if not alone:
+                    raise RuntimeError(f"analyses that wait on each other: {sorted(pending)}")
+                continue
+            ended, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in ended:
+                node, was_alone = running.pop(future)
+                error = future.exception()
+                if isinstance(error, duckdb.OutOfMemoryException) and not was_alone:
+                    alone.append(node)
+                    continue
+                if error is not None:
+                    if not (record and isinstance(error, (LookupError, duckdb.Error))):
+                        pool.shutdown(wait=True, cancel_futures=True)
+                        raise error
+                    (failed if node in steps else macro_failed)[node] = one_line(error)
+                finished.add(node)
+                done(node)
+    while not cursors.empty():
+        cursors.get().close()
 
 
 def combine_ranks(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:

@@ -1,0 +1,126 @@
+"""Several analyses at a time (`analyses.run_all` on cursors of one database) give what one at a time gives: the
+same results, the same failures with the same reasons in the same order, each shared table computed once, and a
+query that runs out of memory beside others run again alone."""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+import pytest
+
+import tracekit
+from tracekit import synth
+from tracekit.engine import catalog
+from tracekit.output import workbooks
+from tracekit.output.terminal import QUERIES
+from tracekit.query import analyses
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    synth.generate(out, ranks=2, steps=3, seed=5)
+    return tracekit.load(sorted(out.glob("rank*.json")))
+
+
+NAMES = list(dict.fromkeys(workbooks.report_queries() + list(QUERIES)))
+
+
+def test_many_at_a_time_equals_one_at_a_time(tables):
+    one = analyses.run_all(tables, NAMES, {}, threads=1)
+    many = analyses.run_all(tables, NAMES, {}, threads=3)
+    assert list(one) == list(many) == [n for n in NAMES if n in one]
+    for name in NAMES:
+        assert one[name].equals(many[name]), name
+
+
+def test_each_shared_table_is_computed_once_and_before_its_readers(tables, monkeypatch):
+    computed, running, overlapped = [], set(), []
+    real_materialize, real_step = catalog.materialize_macro, analyses.run_step
+    lock = threading.Lock()
+
+    def materialize(con, name):
+        with lock:
+            computed.append(name)
+        real_materialize(con, name)
+
+    def run_step(con, step, *rest, **named):
+        with lock:
+            running.add(step)
+            if len(running) > 1:
+                overlapped.append(set(running))
+        try:
+            # a query calling a shared table not yet computed would compute it here, on its own thread
+            assert catalog.shared_tables(con, step) == set(), step
+            real_step(con, step, *rest, **named)
+        finally:
+            with lock:
+                running.discard(step)
+
+    monkeypatch.setattr(catalog, "materialize_macro", materialize)
+    monkeypatch.setattr(analyses, "run_step", run_step)
+    failures: dict[str, str] = {}
+    results = analyses.run_all(tables, NAMES, failures, threads=2)
+    assert not failures and set(results) == set(NAMES)
+    assert len(computed) == len(set(computed)) and set(computed) <= set(catalog.SHARED_TABLE_MACROS)
+    assert "_critical_path_lanes" in computed
+    assert overlapped, "two analyses never ran at once"
+
+
+def test_failures_are_the_same_reasons_in_the_same_order(tables, monkeypatch):
+    """A shared table that fails fails every analysis that calls it with its own error, as one at a time; an
+    analysis reading a failed one says so; a missing one is named."""
+    real_materialize = catalog.materialize_macro
+
+    def materialize(con, name):
+        if name == "step_windows":
+            raise duckdb.InvalidInputException("step_windows broke")
+        real_materialize(con, name)
+
+    monkeypatch.setattr(catalog, "materialize_macro", materialize)
+    names = [*NAMES, "no_such_analysis"]
+    one_failures: dict[str, str] = {}
+    many_failures: dict[str, str] = {}
+    one = analyses.run_all(tables, names, one_failures, threads=1)
+    many = analyses.run_all(tables, names, many_failures, threads=3)
+    assert list(one_failures.items()) == list(many_failures.items())
+    assert one_failures["step_stats"] == "step_windows broke"
+    assert "no_such_analysis" in one_failures
+    assert any(why.startswith("needs ") for why in one_failures.values())
+    assert list(one) == list(many)
+
+
+def test_a_query_out_of_memory_beside_others_runs_again_alone(tables, monkeypatch):
+    real_step = analyses.run_step
+    running, tries, lock = set(), [], threading.Lock()
+
+    def run_step(con, step, *rest, **named):
+        with lock:
+            running.add(step)
+            others = running - {step}
+        try:
+            if step == "op_perf":
+                tries.append(others)
+                if others:
+                    raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate")
+            real_step(con, step, *rest, **named)
+        finally:
+            with lock:
+                running.discard(step)
+
+    monkeypatch.setattr(analyses, "run_step", run_step)
+    failures: dict[str, str] = {}
+    many = analyses.run_all(tables, NAMES, failures, threads=2)
+    assert not failures
+    assert len(tries) in (1, 2) and tries[-1] == set()  # again alone only if it first ran beside another
+    assert many["op_perf"].equals(analyses.run_all(tables, ["op_perf"], {}, threads=1)["op_perf"])
+
+
+def test_an_error_without_failures_is_raised(tables, monkeypatch):
+    def materialize(con, name):
+        raise duckdb.InvalidInputException(f"{name} broke")
+
+    monkeypatch.setattr(catalog, "materialize_macro", materialize)
+    with pytest.raises(duckdb.InvalidInputException, match="broke"):
+        analyses.run_all(tables, NAMES, threads=2)
