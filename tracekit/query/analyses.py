@@ -48,24 +48,25 @@ def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.Da
         return results[name]
     failed = {} if failures is None else failures
     for step in steps_of([name], results, failed, failures is not None):
-        run_step(con, step, results, failed, failures is not None)
+        if step not in failed:
+            run_step(con, step, results, failed, failures is not None)
     return results.get(name)
 
 
 def steps_of(names: list[str], results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool) -> list[str]:
-    """NAMES and the analyses they read, each after those it reads, less those in RESULTS or FAILED; a missing
-    analysis is recorded in FAILED (with `record`) or raised (FileNotFoundError)."""
+    """NAMES and the analyses they read, each after those it reads, in the order one at a time runs them (a
+    missing one in its place, recorded in FAILED with `record`, else raised: FileNotFoundError); those in RESULTS
+    left out."""
     steps = []
     for name in names:
-        if name in failed:
-            continue
         try:
-            steps += analysis_order(name)
+            steps += [name] if name in failed else analysis_order(name)
         except FileNotFoundError as exc:
             if not record:
                 raise
             failed[name] = str(exc)
-    return [step for step in dict.fromkeys(steps) if step not in results and step not in failed]
+            steps.append(name)
+    return [step for step in dict.fromkeys(steps) if step not in results]
 
 
 def run_step(con: duckdb.DuckDBPyConnection, step: str, results: dict[str, pl.DataFrame], failed: dict[str, str],
@@ -111,7 +112,8 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     for name, table in bound.items():
         con.register(name, table)
     failed = dict(failures or {})
-    steps = steps_of(wanted, results, failed, failures is not None)
+    order = steps_of(wanted, results, failed, failures is not None)
+    steps = [step for step in order if step not in failed]
     done = (lambda step: progress(step) if step in wanted else None) if progress else (lambda step: None)
     workers = connection.query_workers(threads)
     if workers > 1 and len(steps) > 1:
@@ -120,15 +122,15 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
         for step in steps:
             run_step(con, step, results, failed, failures is not None)
             done(step)
-    if failures is not None:  # in the order the analyses would run one at a time
-        failures.update({name: failed[name] for name in dict.fromkeys([*wanted, *steps]) if name in failed})
+    if failures is not None:  # in the order the analyses run one at a time
+        failures.update({name: failed[name] for name in order if name in failed})
     return {name: results[name] for name in wanted if name in results}
 
 
 def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound: dict, steps: list[str],
                      results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool, workers: int,
                      done) -> None:
-    """Run analyses STEPS (in `steps_of` order) on WORKERS cursors of `con`'s database at once (TABLES and the
+    """Run analyses STEPS (in `steps_of` order, none failed yet) on WORKERS cursors of `con`'s database at once (TABLES and the
     given results BOUND registered on each): each after the analyses it reads and the shared tables it calls (a
     node `macro:NAME` each, computed once), `done(step)` called here as each analysis ends. A node that runs out
     of memory beside others runs again alone once the others end (the memory limit is the database's)."""
