@@ -196,8 +196,9 @@ def resolve_columns(block: Block, frame: pl.DataFrame, style: Style, where: str,
         more = block.more_columns
         listed += [Column(name, header=more.header.format(name=label), format=more.format, label=label)
                    for name, label in spread]
+    schema = frame.schema
     return [Column(c.col, c.header or style.default_header(c.col),
-                   c.format or style.default_format(c.col, frame.schema[c.col]), c.width, c.bar, c.label)
+                   c.format or style.default_format(c.col, schema[c.col]), c.width, c.bar, c.label)
             for c in listed]
 
 
@@ -349,12 +350,12 @@ class WorkbookWriter:
         first, last = top + 1, top + rows
         if rows:
             ws.add_rows_xml(first, last, self.rows_xml(ws, first, columns, frame, block.more_columns), len(columns) - 1)
-        for c, column in enumerate(columns):
-            width = self.content_width(frame.get_column(column.col), column.format)
+        schema = frame.schema  # a new object at each call (~0.06 ms)
+        for c, (column, width) in enumerate(zip(columns, self.content_widths(frame, columns))):
             longest_word = max((len(w) for w in column.header.split()), default=0)
             fit(widths, c, column.width or max(width, longest_word), self.style)
             lines = max(lines, math.ceil(len(column.header) / max(1, min(widths[c], self.style.widths["max"]))))
-            if column.bar and rows and frame.schema[column.col].is_numeric():
+            if column.bar and rows and schema[column.col].is_numeric():
                 ws.conditional_format(first, c, last, c, {"type": "data_bar", **self.style.data_bar})
         if columns:
             if filtered:
@@ -379,13 +380,11 @@ class WorkbookWriter:
         marked_label = None
         if more and more.mark and more.mark in frame.columns:
             marked_label = pl.col(more.mark).cast(pl.Int64, strict=False).cast(pl.String)
-        strings = {}
-        for c, column in enumerate(columns):
-            if self.is_text(column, frame.schema[column.col]):
-                strings[f"__sst{c}"] = self.shared_string_indices(ws, frame.get_column(column.col),
-                                                                  self.style.formats[column.format].one_line)
-        frame = frame.with_columns(**strings)
-        cells = [self.cell_xml(c, column, frame.schema[column.col], row_numbers,
+        schema = frame.schema
+        shown = {f"__sst{c}": (frame.get_column(column.col), self.style.formats[column.format].one_line)
+                 for c, column in enumerate(columns) if self.is_text(column, schema[column.col])}
+        frame = frame.with_columns(self.shared_string_indices(ws, shown).get_columns())
+        cells = [self.cell_xml(c, column, schema[column.col], row_numbers,
                                marked_label == column.label if marked_label is not None and column.label else None)
                  for c, column in enumerate(columns)]
         return frame.select(pl.concat_str([pl.lit('<row r="'), row_numbers, pl.lit('">'), *cells, pl.lit("</row>")])
@@ -396,21 +395,34 @@ class WorkbookWriter:
         return not (dtype == pl.Boolean or dtype.is_numeric())
 
     @staticmethod
-    def shared_string_indices(ws: BulkWorksheet, values: pl.Series, one_line: bool) -> pl.Series:
-        """Each value's index in the workbook's shared string table (null stays null)."""
-        if isinstance(values.dtype, (pl.List, pl.Array, pl.Struct)):
-            values = pl.Series([None if v is None else json.dumps(v.to_list() if hasattr(v, "to_list") else v)
-                                for v in values], dtype=pl.String)
-        text = values.cast(pl.String)
-        if one_line:
-            text = text.str.replace_all(ONE_LINE, "")
-        if (text.str.len_chars().max() or 0) > MAX_CELL_CHARS:
-            text = text.map_elements(clip, return_dtype=pl.String)
-        uniques = text.drop_nulls().unique(maintain_order=True)
-        table = ws.str_table
-        indices = [table._get_shared_string_index(u) for u in uniques.to_list()]
-        table.count += text.count() - len(indices)  # every reference counts, as write_string would count it
-        return text.replace_strict(uniques, pl.Series(indices, dtype=pl.Int64), default=None).cast(pl.String)
+    def shared_string_indices(ws: BulkWorksheet, shown: dict[str, tuple[pl.Series, bool]]) -> pl.DataFrame:
+        """Each value's index in the workbook's shared string table (null stays null), for each NAME → (values,
+        one_line) of SHOWN, in its order: a column of indices (as text) named NAME each. A few queries for all the
+        columns, not a few per column (~0.1 s of a report in Polars' fixed cost per call)."""
+        texts = {}
+        for name, (values, one_line) in shown.items():
+            if isinstance(values.dtype, (pl.List, pl.Array, pl.Struct)):
+                values = pl.Series([None if v is None else json.dumps(v.to_list() if hasattr(v, "to_list") else v)
+                                    for v in values], dtype=pl.String)
+            texts[name] = values.cast(pl.String)
+        text = pl.DataFrame(texts).select(pl.col(name).str.replace_all(ONE_LINE, "") if one_line else pl.col(name)
+                                          for name, (_, one_line) in shown.items())
+        longest = text.select(pl.all().str.len_chars().max()).row(0, named=True) if texts else {}
+        clipped = [pl.col(n).map_elements(clip, return_dtype=pl.String) for n in texts
+                   if (longest[n] or 0) > MAX_CELL_CHARS]
+        text = text.with_columns(clipped) if clipped else text
+        found = text.select(*(pl.col(n).drop_nulls().unique(maintain_order=True).implode().alias(f"u{i}")
+                               for i, n in enumerate(texts)),
+                            *(pl.col(n).count().alias(f"n{i}") for i, n in enumerate(texts))).row(0) if texts else ()
+        table, indexed = ws.str_table, []
+        for i, name in enumerate(texts):
+            uniques = found[i]
+            indices = [table._get_shared_string_index(u) for u in uniques]
+            table.count += found[len(texts) + i] - len(indices)  # every reference counts, as write_string would
+            indexed.append(pl.col(name).replace_strict(pl.Series(uniques, dtype=pl.String),
+                                                       pl.Series(indices, dtype=pl.Int64), default=None)
+                           .cast(pl.String))
+        return text.select(indexed)
 
     def cell_xml(self, c: int, column: Column, dtype: pl.DataType, row_numbers: pl.Expr, marked: pl.Expr | None):
         """The <c> element of each row for one column ("" where the value is null)."""
@@ -443,23 +455,38 @@ class WorkbookWriter:
         body = pl.concat_str([ref, style, number.cast(pl.String), pl.lit("</v></c>")])
         return pl.when(present).then(body).otherwise(pl.lit(""))
 
-    def content_width(self, series: pl.Series, number_format: str) -> int:
-        """The widest value of the column as shown, in characters."""
-        spec = self.style.formats[number_format]
-        if series.dtype == pl.Boolean:
-            return 3
-        if series.dtype.is_numeric() and not spec.text:
-            values = series.cast(pl.Float64)
-            values = values.filter(values.is_finite()) * (spec.scale or 1)
-            if values.is_empty():
-                return 0
-            return max(number_width(spec, values.max()), number_width(spec, values.min()))
-        if isinstance(series.dtype, (pl.List, pl.Array, pl.Struct)):
-            return self.style.widths["max"]
-        text = series.cast(pl.String)
-        if spec.one_line:
-            text = text.str.replace_all(ONE_LINE, "")
-        return min(text.str.len_chars().max() or 0, MAX_CELL_CHARS)
+    def content_widths(self, frame: pl.DataFrame, columns: list[Column]) -> list[int]:
+        """The widest value of each column as shown, in characters: the extremes of every column in one query (a
+        query per column cost a report ~0.15 s in Polars' fixed cost per call)."""
+        extremes: dict[str, pl.Expr] = {}
+        schema = frame.schema
+        for c, column in enumerate(columns):
+            dtype, spec = schema[column.col], self.style.formats[column.format]
+            if dtype == pl.Boolean or isinstance(dtype, (pl.List, pl.Array, pl.Struct)):
+                continue
+            if dtype.is_numeric() and not spec.text:
+                values = pl.col(column.col).cast(pl.Float64)
+                values = values.filter(values.is_finite()) * (spec.scale or 1)
+                extremes[f"max{c}"], extremes[f"min{c}"] = values.max(), values.min()
+            else:
+                text = pl.col(column.col).cast(pl.String)
+                extremes[f"len{c}"] = (text.str.replace_all(ONE_LINE, "") if spec.one_line else text
+                                       ).str.len_chars().max()
+        found = frame.select(**extremes).row(0, named=True) if extremes else {}
+        widths = []
+        for c, column in enumerate(columns):
+            dtype, spec = schema[column.col], self.style.formats[column.format]
+            if dtype == pl.Boolean:
+                widths.append(3)
+            elif isinstance(dtype, (pl.List, pl.Array, pl.Struct)):
+                widths.append(self.style.widths["max"])
+            elif f"len{c}" in found:
+                widths.append(min(found[f"len{c}"] or 0, MAX_CELL_CHARS))
+            elif found[f"max{c}"] is None:
+                widths.append(0)
+            else:
+                widths.append(max(number_width(spec, found[f"max{c}"]), number_width(spec, found[f"min{c}"])))
+        return widths
 
     @staticmethod
     def add_series_runs(chart, spec: Chart, frame: pl.DataFrame, index: dict, sheet: str, first: int) -> None:
