@@ -16,6 +16,7 @@ bench/RESULTS.md). Each analysis still waits for the analyses it reads and for t
 from __future__ import annotations
 
 import queue
+from functools import cache
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import duckdb
@@ -130,10 +131,11 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
 def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound: dict, steps: list[str],
                      results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool, workers: int,
                      done) -> None:
-    """Run analyses STEPS (in `steps_of` order, none failed yet) on WORKERS cursors of `con`'s database at once (TABLES and the
-    given results BOUND registered on each): each after the analyses it reads and the shared tables it calls (a
-    node `macro:NAME` each, computed once), `done(step)` called here as each analysis ends. A node that runs out
-    of memory beside others runs again alone once the others end (the memory limit is the database's)."""
+    """Run analyses STEPS (in `steps_of` order, none failed yet) on WORKERS cursors of `con`'s database at once
+    (TABLES and the given results BOUND registered on each): each after the analyses it reads and the shared
+    tables it calls (a node `macro:NAME` each, computed once), `done(step)` called here as each analysis ends. A
+    node that runs out of memory beside others runs again alone once the others end (the memory limit is the
+    database's)."""
     needs: dict[str, set[str]] = {}
 
     def add(node: str) -> None:
@@ -163,7 +165,15 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
         finally:
             cursors.put(cur)
 
-    pending, running, finished, alone = list(needs), {}, set(), []
+    # the longest chain of nodes waiting on a node first: the critical path's four shared tables and its analysis
+    # run one after the other, and started last they ran alone at the end (A100 trace: 2.45 s, 1.25 s of it theirs)
+    waiting = {node: [n for n in needs if node in needs[n]] for node in needs}
+
+    @cache
+    def chain(node: str) -> int:
+        return 1 + max(map(chain, waiting[node]), default=0)
+
+    pending, running, finished, alone = sorted(needs, key=lambda n: -chain(n)), {}, set(), []
     with ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query") as pool:
         while pending or running or alone:
             if alone and not running:
