@@ -126,3 +126,26 @@ def test_an_error_without_failures_is_raised(tables, monkeypatch):
     monkeypatch.setattr(catalog, "materialize_macro", materialize)
     with pytest.raises(duckdb.InvalidInputException, match="broke"):
         analyses.run_all(tables, NAMES, threads=2)
+
+
+def test_an_error_stops_the_queries_still_running(tables, monkeypatch):
+    """The first shared table to start runs a long query; the second fails once it has started: the long one is
+    interrupted (Ctrl-C reaches the same path), not waited for."""
+    started, outcome = threading.Event(), []
+
+    def materialize(con, name):
+        if not started.is_set():
+            started.set()
+            try:
+                con.execute("select sum(range % 7) from range(30000000000)").fetchall()  # minutes, uninterrupted
+                outcome.append("finished")
+            except duckdb.InterruptException:
+                outcome.append("interrupted")
+            return
+        started.wait()
+        raise RuntimeError(f"{name} failed")
+
+    monkeypatch.setattr(catalog, "materialize_macro", materialize)
+    with pytest.raises(RuntimeError, match="failed"):
+        analyses.run_all(tables, NAMES, {}, threads=2)
+    assert outcome == ["interrupted"]

@@ -147,9 +147,9 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
 
     for step in steps:
         add(step)
+    made = [catalog.cursor(con, tables) for _ in range(workers)]
     cursors: queue.SimpleQueue = queue.SimpleQueue()
-    for _ in range(workers):
-        cur = catalog.cursor(con, tables)
+    for cur in made:
         for name, table in bound.items():
             cur.register(name, table)
         cursors.put(cur)
@@ -174,7 +174,8 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
         return 1 + max(map(chain, waiting[node]), default=0)
 
     pending, running, finished, alone = sorted(needs, key=lambda n: -chain(n)), {}, set(), []
-    with ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query") as pool:
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query")
+    try:
         while pending or running or alone:
             if alone and not running:
                 node = alone.pop(0)
@@ -204,13 +205,18 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
                     continue
                 if error is not None:
                     if not (record and isinstance(error, (LookupError, duckdb.Error))):
-                        pool.shutdown(wait=True, cancel_futures=True)
                         raise error
                     (failed if node in steps else macro_failed)[node] = one_line(error)
                 finished.add(node)
                 done(node)
-    while not cursors.empty():
-        cursors.get().close()
+    except BaseException:  # Ctrl-C, or an error raised: the queries still running stop now, not when they end
+        for cur in made:
+            cur.interrupt()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for cur in made:
+            cur.close()
 
 
 def combine_ranks(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
