@@ -109,12 +109,15 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
             return run_all(tables, names, failures, progress, threads, given, fresh)
     results: dict[str, pl.DataFrame] = dict(given or {})
     wanted = names or available()
-    bound = {name: frame.to_arrow() for name, frame in results.items()}
-    for name, table in bound.items():
-        con.register(name, table)
     failed = dict(failures or {})
     order = steps_of(wanted, results, failed, failures is not None)
     steps = [step for step in order if step not in failed]
+    # only the given results an analysis reads: a report's cross-rank run is given every per-rank result (27 of
+    # them), and converting and binding them all took ~0.15 s of a one-rank report, which reads one
+    read = {dep for step in steps for dep in analysis_inputs(step)}
+    bound = {name: frame.to_arrow() for name, frame in results.items() if name in read}
+    for name, table in bound.items():
+        con.register(name, table)
     done = (lambda step: progress(step) if step in wanted else None) if progress else (lambda step: None)
     workers = connection.query_workers(threads)
     if workers > 1 and len(steps) > 1:
