@@ -5,6 +5,7 @@ query that runs out of memory beside others run again alone."""
 from __future__ import annotations
 
 import threading
+import time
 
 import duckdb
 import pytest
@@ -143,6 +144,7 @@ def test_an_error_stops_the_queries_still_running(tables, monkeypatch):
                 outcome.append("interrupted")
             return
         started.wait()
+        time.sleep(1)  # the long query has begun: an interrupt before it begins would be lost
         raise RuntimeError(f"{name} failed")
 
     monkeypatch.setattr(catalog, "materialize_macro", materialize)

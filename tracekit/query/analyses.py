@@ -16,6 +16,7 @@ bench/RESULTS.md). Each analysis still waits for the analyses it reads and for t
 from __future__ import annotations
 
 import queue
+import threading
 from functools import cache
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -157,10 +158,13 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
             cur.register(name, table)
         cursors.put(cur)
     macro_failed: dict[str, str] = {}
+    stopping = threading.Event()
 
     def run_node(node: str) -> None:
         cur = cursors.get()
         try:
+            if stopping.is_set():  # an interrupt reaches only the queries already running
+                raise duckdb.InterruptException(f"{node}: not started, the run is stopping")
             if node in steps:
                 run_step(cur, node, results, failed, record=False)
             else:
@@ -213,6 +217,7 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
                 finished.add(node)
                 done(node)
     except BaseException:  # Ctrl-C, or an error raised: the queries still running stop now, not when they end
+        stopping.set()
         for cur in made:
             cur.interrupt()
         raise
