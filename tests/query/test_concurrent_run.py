@@ -53,7 +53,7 @@ def test_each_shared_table_is_computed_once_and_before_its_readers(tables, monke
                 overlapped.append(set(running))
         try:
             # a query calling a shared table not yet computed would compute it here, on its own thread
-            assert catalog.shared_tables(con, step) == set(), step
+            assert catalog.shared_tables(con, catalog.query_macros(step)) == set(), step
             real_step(con, step, *rest, **named)
         finally:
             with lock:

@@ -396,22 +396,22 @@ def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
         state.macros.add(name)
 
 
-def shared_tables(con: duckdb.DuckDBPyConnection, name: str) -> set[str]:
-    """The table macros `con` materializes (and has not yet) that queries/NAME.sql calls, through the macros it
-    calls; for `macro:NAME`, those the body of macro NAME calls."""
+def shared_tables(con: duckdb.DuckDBPyConnection, macros) -> set[str]:
+    """The table macros `con` materializes, and has not yet, among MACROS and the macros they call."""
     state = catalogued(con)
-    macro = name.removeprefix("macro:")
-    calls = (macro_calls(macro_definitions()[macro]) if macro != name
-             else macro_calls(load_query(name).statement) & included_macros(name))
-    return (called_macros(calls) - {macro}) & set(state.materialize) - state.macros
+    return called_macros(macros) & set(state.materialize) - state.macros
+
+
+def query_macros(name: str) -> frozenset[str]:
+    """The macros queries/NAME.sql calls from the files it includes."""
+    return macro_calls(load_query(name).statement) & included_macros(name)
 
 
 def ready(con: duckdb.DuckDBPyConnection, name: str) -> str:
     """The SQL of queries/NAME.sql, with the macros it calls from the files it includes defined on `con`: how every
     stage runs a file."""
-    query = load_query(name)
-    define_macros(con, macro_calls(query.statement) & included_macros(name))
-    return query.statement
+    define_macros(con, query_macros(name))
+    return load_query(name).statement
 
 
 @cache

@@ -140,17 +140,12 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
     tables it calls (a node `macro:NAME` each, computed once), `done(step)` called here as each analysis ends. A
     node that runs out of memory beside others runs again alone once the others end (the memory limit is the
     database's)."""
-    needs: dict[str, set[str]] = {}
-
-    def add(node: str) -> None:
-        if node not in needs:
-            needs[node] = {f"macro:{m}" for m in catalog.shared_tables(con, node)}
-            for macro in sorted(needs[node]):
-                add(macro)
-            needs[node] |= {dep for dep in analysis_inputs(node) if dep in steps} if node in steps else set()
-
-    for step in steps:
-        add(step)
+    needs = {step: {f"macro:{m}" for m in catalog.shared_tables(con, catalog.query_macros(step))}
+             | {dep for dep in analysis_inputs(step) if dep in steps} for step in steps}
+    # a step's shared tables include those they read (`shared_tables` follows the calls): each waits for those
+    for table in sorted({n for waits in list(needs.values()) for n in waits if n.startswith("macro:")}):
+        body = catalog.macro_calls(catalog.macro_definitions()[table.removeprefix("macro:")])
+        needs[table] = {f"macro:{m}" for m in catalog.shared_tables(con, body)}
     made = [catalog.cursor(con, tables) for _ in range(workers)]
     cursors: queue.SimpleQueue = queue.SimpleQueue()
     for cur in made:
