@@ -411,14 +411,14 @@ class WorkbookWriter:
         clipped = [pl.col(n).map_elements(clip, return_dtype=pl.String) for n in texts
                    if (longest[n] or 0) > MAX_CELL_CHARS]
         text = text.with_columns(clipped) if clipped else text
-        found = text.select(*(pl.col(n).drop_nulls().unique(maintain_order=True).implode().alias(f"u{i}")
-                               for i, n in enumerate(texts)),
-                            *(pl.col(n).count().alias(f"n{i}") for i, n in enumerate(texts))).row(0) if texts else ()
+        found = text.select(*(pl.col(n).drop_nulls().unique(maintain_order=True).implode().alias(f"{n}_unique")
+                               for n in texts),
+                            *(pl.col(n).count().alias(f"{n}_count") for n in texts)).row(0, named=True) if texts else {}
         table, indexed = ws.str_table, []
-        for i, name in enumerate(texts):
-            uniques = found[i]
+        for name in texts:
+            uniques = found[f"{name}_unique"]
             indices = [table._get_shared_string_index(u) for u in uniques]
-            table.count += found[len(texts) + i] - len(indices)  # every reference counts, as write_string would
+            table.count += found[f"{name}_count"] - len(indices)  # every reference counts, as write_string would
             indexed.append(pl.col(name).replace_strict(pl.Series(uniques, dtype=pl.String),
                                                        pl.Series(indices, dtype=pl.Int64), default=None)
                            .cast(pl.String))
