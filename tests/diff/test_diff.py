@@ -600,3 +600,21 @@ def test_op_rates_sees_the_slowed_softmax_lose_a_third_of_its_tflops(slowed_diff
     softmax = slowed_diff.sections["op_rates"].filter(pl.col("name") == "aten::softmax").row(0, named=True)
     assert softmax["verdict"] == "slower" and softmax["category"] == "Reduce"
     assert softmax["percent_delta_tflops_per_s"] == pytest.approx(100 * (1 / 1.5 - 1), abs=5)
+
+
+@pytest.mark.parametrize("dtype", [pl.List(pl.Float64), pl.List(pl.Int64)])
+def test_samples_drop_missing_steps_and_keep_rows(dtype):
+    """A measure's samples: the steps that have a value, in order; a row with none (null) becomes []."""
+    from tracekit.diff.compare import samples
+
+    rows = [[1, None, 2], None, [], [None], [3], None]
+    got = samples(pl.Series("base_samples", rows, dtype=dtype))
+    assert got.name == "base_samples" and got.dtype == pl.List(pl.Float64)
+    assert got.to_list() == [[float(x) for x in row or () if x is not None] for row in rows]
+
+
+def test_samples_of_a_side_without_any():
+    from tracekit.diff.compare import samples
+
+    got = samples(pl.Series("cand_samples", [None, None], dtype=pl.List(pl.Null)))
+    assert got.dtype == pl.List(pl.Float64) and got.to_list() == [[], []]
