@@ -151,3 +151,30 @@ def test_an_error_stops_the_queries_still_running(tables, monkeypatch):
     with pytest.raises(RuntimeError, match="failed"):
         analyses.run_all(tables, NAMES, {}, threads=2)
     assert outcome == ["interrupted"]
+
+
+def test_run_in_background_gives_what_run_gives(tables):
+    with catalog.connect(tables) as con, analyses.run_in_background(tables, "critical_path", con) as result:
+        other = con.execute("select count(*) from events").fetchone()[0]  # the connection stays free meanwhile
+        assert result().equals(analyses.run(tables, "critical_path"))
+    assert other == tables.events.num_rows
+
+
+def test_leaving_the_block_early_interrupts_the_background_query(tables, monkeypatch):
+    started, outcome = threading.Event(), []
+
+    def run_into(con, name, results):
+        started.set()
+        try:
+            con.execute("select sum(range % 7) from range(30000000000)").fetchall()  # minutes, uninterrupted
+            outcome.append("finished")
+        except duckdb.InterruptException:
+            outcome.append("interrupted")
+
+    monkeypatch.setattr(analyses, "run_into", run_into)
+    with pytest.raises(RuntimeError, match="stop"), catalog.connect(tables) as con:
+        with analyses.run_in_background(tables, "critical_path", con):
+            started.wait()
+            time.sleep(1)  # the long query has begun: an interrupt before it begins would be lost
+            raise RuntimeError("stop")
+    assert outcome == ["interrupted"]

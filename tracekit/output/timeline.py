@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from tracekit.engine.catalog import connect, run_stage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.files import write_output_file
-from tracekit.query.analyses import run
+from tracekit.query.analyses import run_in_background
 from tracekit.query.step_scope import step_tables
 
 
@@ -83,12 +84,16 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     """Write the timeline of every rank to `path` (gzip-compressed when it ends in .gz): the events of step N
     only with `step`, the critical path track unless `critical_path` is false."""
     suffix = f" · {label}" if label else ""
-    shown = tables if step is None else step_tables(tables, step)  # the step's events, as every --step's
-    with connect(shown) as con:
-        slices = pl.from_arrow(run_stage(con, ["export/timeline_slices"])["timeline_slices"])
-    if slices.is_empty():
-        raise InputError("no events to show")
-    with connect(tables) as con:
+    # the critical path (the slowest query) runs beside the slices and their sub-tracks (bench/RESULTS.md)
+    with connect(tables) as con, (run_in_background(tables, "critical_path", con) if critical_path
+                                  else nullcontext(None)) as path_result:
+        if step is None:
+            slices = pl.from_arrow(run_stage(con, ["export/timeline_slices"])["timeline_slices"])
+        else:
+            with connect(step_tables(tables, step)) as shown:  # the step's events, as every --step's
+                slices = pl.from_arrow(run_stage(shown, ["export/timeline_slices"])["timeline_slices"])
+        if slices.is_empty():
+            raise InputError("no events to show")
         base = slices["base_ns"][0]
         # sub-tracks: one sweep per track, in the query's order
         lanes = []
@@ -97,7 +102,7 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
         slices = slices.with_columns(lane=pl.Series(lanes, dtype=pl.Int64))
         path_rows = pl.DataFrame()
         if critical_path:
-            path_rows = run(tables, "critical_path", con)
+            path_rows = path_result()
             if step is not None:
                 path_rows = path_rows.filter(pl.col("step") == step)
         processes = pl.concat([

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -27,7 +29,7 @@ from tracekit.engine import catalog, connection
 from tracekit.engine.catalog import analysis_inputs, analysis_order, available, connect, ready
 from tracekit.engine.tables import TraceTables
 
-__all__ = ["analysis_inputs", "run", "run_all", "run_into"]
+__all__ = ["analysis_inputs", "run", "run_all", "run_in_background", "run_into"]
 
 
 def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
@@ -37,6 +39,25 @@ def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = 
         return run_into(con, name, {})
     with connect(tables) as fresh:
         return run_into(fresh, name, {})
+
+
+@contextmanager
+def run_in_background(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection
+                      ) -> Iterator[Callable[[], pl.DataFrame]]:
+    """Run NAME (as `run`) on a cursor of `con`'s database, in a thread, while the block does other work: yields a
+    function that waits for the result and returns it. DuckDB runs the query without the GIL, so the block's
+    Python and Polars work goes on beside it. Leaving the block before the result (an error, Ctrl-C) interrupts
+    the query."""
+    cur = catalog.cursor(con, tables)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-query")
+    try:
+        yield pool.submit(run_into, cur, name, {}).result
+    except BaseException:
+        cur.interrupt()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        cur.close()
 
 
 def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.DataFrame],
