@@ -8,6 +8,7 @@ import threading
 import time
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 import tracekit
@@ -153,17 +154,25 @@ def test_an_error_stops_the_queries_still_running(tables, monkeypatch):
     assert outcome == ["interrupted"]
 
 
-def test_run_in_background_gives_what_run_gives(tables):
-    with catalog.connect(tables) as con, analyses.run_in_background(tables, "critical_path", con) as result:
+def test_in_background_gives_what_run_gives(tables):
+    with catalog.connect(tables) as con, analyses.in_background(
+            con, tables, lambda cur: analyses.run_into(cur, "critical_path", {})) as result:
         other = con.execute("select count(*) from events").fetchone()[0]  # the connection stays free meanwhile
         assert result().equals(analyses.run(tables, "critical_path"))
     assert other == tables.events.num_rows
 
 
-def test_leaving_the_block_early_interrupts_the_background_query(tables, monkeypatch):
+def test_in_background_sees_what_is_bound(tables):
+    bound = {"extra": pa.table({"x": [1, 2, 3]})}
+    with catalog.connect(tables) as con, analyses.in_background(
+            con, tables, lambda cur: cur.execute("select sum(x) from extra").fetchone()[0], bound) as result:
+        assert result() == 6
+
+
+def test_leaving_the_block_early_interrupts_the_background_query(tables):
     started, outcome = threading.Event(), []
 
-    def run_into(con, name, results):
+    def work(con):
         started.set()
         try:
             con.execute("select sum(range % 7) from range(30000000000)").fetchall()  # minutes, uninterrupted
@@ -171,9 +180,8 @@ def test_leaving_the_block_early_interrupts_the_background_query(tables, monkeyp
         except duckdb.InterruptException:
             outcome.append("interrupted")
 
-    monkeypatch.setattr(analyses, "run_into", run_into)
     with pytest.raises(RuntimeError, match="stop"), catalog.connect(tables) as con:
-        with analyses.run_in_background(tables, "critical_path", con):
+        with analyses.in_background(con, tables, work):
             started.wait()
             time.sleep(1)  # the long query has begun: an interrupt before it begins would be lost
             raise RuntimeError("stop")

@@ -29,7 +29,7 @@ from tracekit.engine.catalog import connect, run_stage
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.files import write_output_file
-from tracekit.query.analyses import run_in_background
+from tracekit.query.analyses import in_background, run_into
 from tracekit.query.step_scope import step_tables
 
 
@@ -85,8 +85,8 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     only with `step`, the critical path track unless `critical_path` is false."""
     suffix = f" · {label}" if label else ""
     # the critical path (the slowest query) runs beside the slices and their sub-tracks (bench/RESULTS.md)
-    with connect(tables) as con, (run_in_background(tables, "critical_path", con) if critical_path
-                                  else nullcontext(None)) as path_result:
+    with connect(tables) as con, (in_background(con, tables, lambda cur: run_into(cur, "critical_path", {}))
+                                  if critical_path else nullcontext(None)) as path_result:
         if step is None:
             slices = pl.from_arrow(run_stage(con, ["export/timeline_slices"])["timeline_slices"])
         else:
@@ -132,20 +132,24 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
                 processes.select(pl.col("process"), pl.col("pid")),
                 left_on=pl.format("rank {} · critical path", "rank"), right_on="process", how="left"
             ).join(windows, on=["rank", "window_start_ns", "window_end_ns"])
-            con.register("path_segments", path_rows.to_arrow())
+            segments = path_rows.to_arrow()
+            con.register("path_segments", segments)
         else:
             con.register("path_segments", pa.table({"rank": pa.array([], pa.int32()), "step": pa.array([], pa.int64()),
                                                     "position": pa.array([], pa.int64()),
                                                     "event_id": pa.array([], pa.int64()),
                                                     "start_ns": pa.array([], pa.int64()),
                                                     "end_ns": pa.array([], pa.int64())}))
-        # the flows and path slices of the placed slices and path segments (the Python passes above)
+        # the flows and path slices of the placed slices and path segments (the Python passes above), side by side
         with_path = critical_path and not path_rows.is_empty()
-        made = run_stage(con, ["export/timeline_flows"] + (["export/timeline_path"] if with_path else []),
-                         parameters={"export/timeline_flows": {"base": base}, "export/timeline_path": {"base": base}})
-        arrows = pl.from_arrow(made["timeline_flows"])
+        with (in_background(con, tables, lambda cur: run_stage(cur, ["export/timeline_path"],
+                                                              parameters={"export/timeline_path": {"base": base}}),
+                            bound={"path_segments": segments})
+              if with_path else nullcontext(None)) as path_made:
+            arrows = pl.from_arrow(run_stage(con, ["export/timeline_flows"],
+                                             parameters={"export/timeline_flows": {"base": base}})["timeline_flows"])
+            path_slices = pl.from_arrow(path_made()["timeline_path"]) if with_path else None
         flows = arrows.filter("forward").drop("forward")
-        path_slices = pl.from_arrow(made["timeline_path"]) if with_path else None
 
     def metadata() -> list[str]:
         events = []

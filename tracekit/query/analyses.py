@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
+from typing import TypeVar
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import duckdb
@@ -29,7 +30,9 @@ from tracekit.engine import catalog, connection
 from tracekit.engine.catalog import analysis_inputs, analysis_order, available, connect, ready
 from tracekit.engine.tables import TraceTables
 
-__all__ = ["analysis_inputs", "run", "run_all", "run_in_background", "run_into"]
+__all__ = ["analysis_inputs", "in_background", "run", "run_all", "run_into"]
+
+T = TypeVar("T")
 
 
 def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
@@ -42,16 +45,19 @@ def run(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection | None = 
 
 
 @contextmanager
-def run_in_background(tables: TraceTables, name: str, con: duckdb.DuckDBPyConnection
-                      ) -> Iterator[Callable[[], pl.DataFrame]]:
-    """Run NAME (as `run`) on a cursor of `con`'s database, in a thread, while the block does other work: yields a
-    function that waits for the result and returns it. DuckDB runs the query without the GIL, so the block's
-    Python and Polars work goes on beside it. Leaving the block before the result (an error, Ctrl-C) interrupts
+def in_background(con: duckdb.DuckDBPyConnection, tables: TraceTables, work: Callable[[duckdb.DuckDBPyConnection], T],
+                  bound: dict | None = None) -> Iterator[Callable[[], T]]:
+    """WORK(cursor) on a cursor of `con`'s database (TABLES, and the Arrow tables BOUND, registered on it), in a
+    thread, while the block does other work: yields a function that waits for WORK's result and returns it. DuckDB
+    runs a query without the GIL, so the block's Python and Polars work, or a query of its own, goes on beside it
+    (a query of ~100k rows runs on one core). Leaving the block before the result (an error, Ctrl-C) interrupts
     the query."""
     cur = catalog.cursor(con, tables)
+    for name, table in (bound or {}).items():
+        cur.register(name, table)
     pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-query")
     try:
-        yield pool.submit(run_into, cur, name, {}).result
+        yield pool.submit(work, cur).result
     except BaseException:
         cur.interrupt()
         raise
