@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 
 import polars as pl
 import pytest
@@ -99,41 +100,44 @@ def stages_run_alone(monkeypatch):
     files run, the stage files whose SQL was taken from the catalog (`ready`) outside run_stage, and the files whose
     result's columns are not their header's."""
     original_run, original_ready = catalog.run_stage, catalog.ready
-    seen = {"ran": [], "outside": [], "columns": [], "depth": 0}
+    seen = {"ran": [], "outside": [], "columns": []}
     # One connection per set of include files, holding their macros and nothing else between runs (the relations a
     # file declares are dropped after it ran): as a fresh connection would be, without connecting and defining the
-    # same macros again for every file run
+    # same macros again for every file run. Stages may run on two threads at once (the timeline's): each thread
+    # counts its own depth, and the connections alone serve one file at a time.
     alone_by_includes = {}
+    alone_lock, thread = threading.Lock(), threading.local()
 
     def ready(con, name):
-        if "/" in name and not name.startswith("lib/") and not seen["depth"]:
+        if "/" in name and not name.startswith("lib/") and not getattr(thread, "depth", 0):
             seen["outside"].append(name)
         return original_ready(con, name)
 
     def run_stage(con, names, parameters=None, temp_tables=False, bound=()):
-        seen["depth"] += 1
+        thread.depth = getattr(thread, "depth", 0) + 1
         try:
             made = {}
             for name in catalog.stage_order(names, bound):
                 query = catalog.load_query(name)
                 includes = frozenset(catalog.include_order(query.includes))
-                if includes not in alone_by_includes:
-                    alone_by_includes[includes] = connection.connect(threads=1)
-                alone = alone_by_includes[includes]
-                try:
-                    for relation in query.input_names:
-                        alone.register(relation, con.sql(f"from {relation}").to_arrow_table())
-                    result = alone.sql(ready(alone, name), params=(parameters or {}).get(name)).to_arrow_table()
-                finally:
-                    for relation in query.input_names:
-                        alone.unregister(relation)
+                with alone_lock:
+                    if includes not in alone_by_includes:
+                        alone_by_includes[includes] = connection.connect(threads=1)
+                    alone = alone_by_includes[includes]
+                    try:
+                        for relation in query.input_names:
+                            alone.register(relation, con.sql(f"from {relation}").to_arrow_table())
+                        result = alone.sql(ready(alone, name), params=(parameters or {}).get(name)).to_arrow_table()
+                    finally:
+                        for relation in query.input_names:
+                            alone.unregister(relation)
                 if query.columns and list(query.columns) != result.column_names:  # the header's, in order
                     seen["columns"].append(f"{name}: header {list(query.columns)}, result {result.column_names}")
                 made |= original_run(con, [name], parameters, temp_tables, set(bound) | made.keys())
                 seen["ran"].append(name)
             return made
         finally:
-            seen["depth"] -= 1
+            thread.depth -= 1
 
     monkeypatch.setattr(catalog, "ready", ready)
     for module in list(sys.modules.values()):  # modules that imported the names themselves
