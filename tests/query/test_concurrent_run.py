@@ -169,6 +169,20 @@ def test_in_background_sees_what_is_bound(tables):
         assert result() == 6
 
 
+def test_in_background_out_of_memory_runs_again_when_waited_for(tables):
+    calls = []
+
+    def work(con):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            raise duckdb.OutOfMemoryException("out of memory beside the block's queries")
+        return con.execute("select count(*) from events").fetchone()[0]
+
+    with catalog.connect(tables) as con, analyses.in_background(con, tables, work) as result:
+        assert result() == tables.events.num_rows
+    assert len(calls) == 2 and calls[0] != calls[1]  # the second run on the waiting thread, alone
+
+
 def test_leaving_the_block_early_interrupts_the_background_query(tables):
     started, outcome = threading.Event(), []
 

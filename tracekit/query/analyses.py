@@ -50,14 +50,23 @@ def in_background(con: duckdb.DuckDBPyConnection, tables: TraceTables, work: Cal
     """WORK(cursor) on a cursor of `con`'s database (TABLES, and the Arrow tables BOUND, registered on it), in a
     thread, while the block does other work: yields a function that waits for WORK's result and returns it. DuckDB
     runs a query without the GIL, so the block's Python and Polars work, or a query of its own, goes on beside it
-    (a query of ~100k rows runs on one core). Leaving the block before the result (an error, Ctrl-C) interrupts
-    the query."""
+    (a query of ~100k rows runs on one core). WORK out of memory beside the block's queries runs again when waited
+    for, as `run_all` runs such a query again alone (the memory limit is the database's). Leaving the block before
+    the result (an error, Ctrl-C) interrupts the query."""
     cur = catalog.cursor(con, tables)
     for name, table in (bound or {}).items():
         cur.register(name, table)
     pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-query")
+    future = pool.submit(work, cur)
+
+    def result() -> T:
+        try:
+            return future.result()
+        except duckdb.OutOfMemoryException:
+            return work(cur)
+
     try:
-        yield pool.submit(work, cur).result
+        yield result
     except BaseException:
         cur.interrupt()
         raise
