@@ -17,6 +17,8 @@ COMMAND (any of; `all` = every one but same-bytes):
               (and the baseline's diff with `--baseline`)
   sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
               `tracekit run kernel_summary`, against a load
+  exports     the other commands that read a trace: `export chakra`, `replay` (the whole trace, and its first
+              steady step), `graph --step` and `run kernel_summary --step`, against a load
   same-bytes  every output of this checkout and of `--baseline` (e.g. a worktree of the base commit), byte by
               byte: report, timeline (whole and --step), export chakra, graph --step (and a missing step's
               message), replay (rows and timeline, whole and --step), run --step; exit 1 if any differs
@@ -315,6 +317,29 @@ class Bench:
                             "sql on dataset CPU s", "run CPU s", "load CPU s", "sql peak MB",
                             "sql on dataset peak MB", "run peak MB"], rows))
 
+    def exports(self) -> None:
+        self.heading("export chakra, replay, graph --step, run --step: each against loading the trace")
+        names = ["export chakra", "replay", "replay --step", "graph --step", "run --step"]
+        rows = []
+        for trace in self.traces:
+            step = first_step(trace)
+            commands = {"export chakra": self.tk("export", "chakra", str(trace), "-o", self.out("chakra")),
+                        "replay": self.tk("replay", str(trace), "--format", "json"),
+                        "load": ([sys.executable, "-c", LOAD, str(trace)], REPO)}
+            if step is not None:
+                commands |= {"replay --step": self.tk("replay", str(trace), "--step", str(step), "--format", "json"),
+                             "graph --step": self.tk("graph", str(trace), "--step", str(step), "-o",
+                                                     self.out("graph.graphml")),
+                             "run --step": self.tk("run", "kernel_summary", str(trace), "--step", str(step))}
+            s = alternate(commands, self.args.repeat)
+            load = s["load"]
+            rows.append([trace.name, "none" if step is None else step, load.wall, load.cpu]
+                        + [f"{s[n].wall:.2f} / {s[n].cpu:.2f} / {s[n].wall / load.wall:.2f}× / {s[n].peak_mb:.0f}"
+                           if n in s else "(no steps)" for n in names])
+            print(".", end="", flush=True)
+        print("\n" + table(["trace", "step", "load s", "load CPU s"]
+                           + [f"{n}: s / CPU s / × load / peak MB" for n in names], rows))
+
     def same_bytes(self) -> bool:
         """Every output (OUTPUTS) of SAME_BYTES_TRACES from this checkout and the baseline, compared file by file."""
         if not self.args.baseline:
@@ -449,13 +474,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("commands", nargs="+", choices=["all", "imports", "ingest", "report", "stages", "timeline",
-                                                        "diff", "sql", "same-bytes"])
+                                                        "diff", "sql", "exports", "same-bytes"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--traces", nargs="+", default=TRACES, help="paths under ../shared/traces")
     parser.add_argument("--baseline", type=lambda p: Path(p).resolve(), help="another tracekit checkout")
     parser.add_argument("--tracelens", type=Path, help="the bin folder of TraceLens's venv")
     args = parser.parse_args()
-    commands = (["imports", "ingest", "report", "stages", "timeline", "diff", "sql"] if "all" in args.commands
+    commands = (["imports", "ingest", "report", "stages", "timeline", "diff", "sql", "exports"] if "all" in args.commands
                 else args.commands)
     # Compiled once, as `pip install` compiles an installed package (PYTHONDONTWRITEBYTECODE would otherwise make
     # every run compile tracekit's modules again).
