@@ -130,6 +130,15 @@ def test_an_error_without_failures_is_raised(tables, monkeypatch):
         analyses.run_all(tables, NAMES, threads=2)
 
 
+def long_query(con, outcome: list[str]) -> None:
+    """A query of minutes on CON; OUTCOME gets "interrupted" or "finished"."""
+    try:
+        con.execute("select sum(range % 7) from range(30000000000)").fetchall()
+        outcome.append("finished")
+    except duckdb.InterruptException:
+        outcome.append("interrupted")
+
+
 def test_an_error_stops_the_queries_still_running(tables, monkeypatch):
     """The first shared table to start runs a long query; the second fails once it has started: the long one is
     interrupted (Ctrl-C reaches the same path), not waited for."""
@@ -138,12 +147,7 @@ def test_an_error_stops_the_queries_still_running(tables, monkeypatch):
     def materialize(con, name):
         if not started.is_set():
             started.set()
-            try:
-                con.execute("select sum(range % 7) from range(30000000000)").fetchall()  # minutes, uninterrupted
-                outcome.append("finished")
-            except duckdb.InterruptException:
-                outcome.append("interrupted")
-            return
+            return long_query(con, outcome)
         started.wait()
         time.sleep(1)  # the long query has begun: an interrupt before it begins would be lost
         raise RuntimeError(f"{name} failed")
@@ -188,11 +192,7 @@ def test_leaving_the_block_early_interrupts_the_background_query(tables):
 
     def work(con):
         started.set()
-        try:
-            con.execute("select sum(range % 7) from range(30000000000)").fetchall()  # minutes, uninterrupted
-            outcome.append("finished")
-        except duckdb.InterruptException:
-            outcome.append("interrupted")
+        long_query(con, outcome)
 
     with pytest.raises(RuntimeError, match="stop"), catalog.connect(tables) as con:
         with analyses.in_background(con, tables, work):

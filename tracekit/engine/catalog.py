@@ -334,10 +334,14 @@ def catalogued(con: duckdb.DuckDBPyConnection) -> Catalogued:
     return _CATALOGUED.setdefault(con, Catalogued())
 
 
-def cursor(con: duckdb.DuckDBPyConnection, tables: TraceTables) -> duckdb.DuckDBPyConnection:
-    """A second connection to CON's database, for a query on another thread: TABLES registered on it, and CON's
-    macros, shared tables and results (all in the database's catalog) read through it as through CON."""
+def cursor(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound: dict | None = None
+           ) -> duckdb.DuckDBPyConnection:
+    """A second connection to CON's database, for a query on another thread: TABLES and the Arrow tables BOUND (name
+    → table) registered on it, and CON's macros, shared tables and results (all in the database's catalog) read
+    through it as through CON."""
     cur = tables.connect(con.cursor())
+    for name, table in (bound or {}).items():
+        cur.register(name, table)
     _CATALOGUED[cur] = catalogued(con)
     return cur
 

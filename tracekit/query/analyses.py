@@ -53,9 +53,7 @@ def in_background(con: duckdb.DuckDBPyConnection, tables: TraceTables, work: Cal
     (a query of ~100k rows runs on one core). WORK out of memory beside the block's queries runs again when waited
     for, as `run_all` runs such a query again alone (the memory limit is the database's). Leaving the block before
     the result (an error, Ctrl-C) interrupts the query."""
-    cur = catalog.cursor(con, tables)
-    for name, table in (bound or {}).items():
-        cur.register(name, table)
+    cur = catalog.cursor(con, tables, bound)
     pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-query")
     future = pool.submit(work, cur)
 
@@ -182,11 +180,9 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
     for table in sorted({n for waits in list(needs.values()) for n in waits if n.startswith("macro:")}):
         body = catalog.macro_calls(catalog.macro_definitions()[table.removeprefix("macro:")])
         needs[table] = {f"macro:{m}" for m in catalog.shared_tables(con, body)}
-    made = [catalog.cursor(con, tables) for _ in range(workers)]
+    made = [catalog.cursor(con, tables, bound) for _ in range(workers)]
     cursors: queue.SimpleQueue = queue.SimpleQueue()
     for cur in made:
-        for name, table in bound.items():
-            cur.register(name, table)
         cursors.put(cur)
     macro_failed: dict[str, str] = {}
     stopping = threading.Event()
