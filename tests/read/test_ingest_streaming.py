@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 import zlib
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -182,6 +183,27 @@ def test_microseconds_to_ns_is_exact_against_decimal_arithmetic():
     mixed = ["10", None, "1.5", '"bad"', "-1.00051", "7", None]  # integers, decimals, and the rare forms together
     assert microseconds_to_ns(pa.array(mixed, pa.string())).to_pylist() == [
         None if t is None or t.startswith('"') else exact_ns_oracle(t) for t in mixed]
+
+
+@pytest.mark.parametrize("texts", [
+    ["0", "17", "-3", "", "9223372036854775", "-9223372036854775", "123456789012345678", ""],  # integers and empty: one cast
+    ["12", "-", "", "7"],  # a sign alone
+    ["12", "1-2", "7"],  # a minus after a digit
+    ["5", "0x10"],  # Arrow's cast reads hex; JSON has none, and neither does the regex
+    ["5", "1234567890123456789", "-123456789012345678"],  # 19 digits, and 18 with a sign: beyond the one cast
+    ["", ""],
+    ["12", "1.2.3"],  # two dots: its digits are an integer, the text is no number
+])
+def test_integer_microseconds_with_and_without_the_one_cast(texts):
+    """Columns that take the cast of integer text (and those that must not) against decimal arithmetic; a
+    slice, as the chunks' columns can be."""
+    def expected(t: str) -> int | None:  # null: not a number, or beyond int64 ns
+        ns = exact_ns_oracle(t) if re.fullmatch(r"-?[0-9]+", t) else None
+        return ns if ns is not None and -2**63 <= ns < 2**63 else None
+
+    assert microseconds_to_ns(pa.array(texts, pa.string())).to_pylist() == list(map(expected, texts))
+    sliced = pa.array(["x", *texts, "y"], pa.string()).slice(1, len(texts))
+    assert microseconds_to_ns(sliced).to_pylist() == list(map(expected, texts))
 
 
 def test_worker_processes_give_the_same_tables():
