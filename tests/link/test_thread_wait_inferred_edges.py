@@ -4,6 +4,7 @@ worked out by hand, and the critical path that follows them."""
 from __future__ import annotations
 
 import json
+import random
 
 import polars as pl
 
@@ -66,3 +67,40 @@ def test_the_critical_path_follows_the_wait_to_the_other_thread(tmp_path):
     assert ("run_backward", "cpu", False) not in rows
     assert rows["forward", "cpu", False] == 100_000
     assert path["duration_ns"].sum() == 9_000_000
+
+
+def thread_waits_oracle(events: list[dict]) -> set[tuple[str, str, str, int]]:
+    """The rule of the query's header, point by point in Python: every point in the rank's time order (t, ends
+    before starts, then entry order); a point whose thread had no point for ≥ 1 ms (or its thread's first) waited
+    for the point just before it when that one is on another thread, at most min(1 ms, gap / 10) earlier."""
+    points = sorted(((e["ts"] * 1000 + (e["dur"] * 1000 if end else 0), not end, i, end, e["tid"], e["name"])
+                     for i, e in enumerate(events) for end in (False, True)))
+    last_on_thread: dict[int, int] = {}
+    waits = set()
+    for before, point in zip([None] + points[:-1], points):
+        t, _, _, is_end, tid, name = point
+        gap = t - last_on_thread[tid] if tid in last_on_thread else None
+        last_on_thread[tid] = t
+        if before is None or before[4] == tid or (gap is not None and gap < 1_000_000):
+            continue
+        lag = t - before[0]
+        if lag <= 1_000_000 and (gap is None or lag * 10 <= gap):
+            waits.add((before[5], name, f"{'end' if before[3] else 'start'}_{'end' if is_end else 'start'}", lag))
+    return waits
+
+
+def test_thread_waits_against_the_rule_point_by_point_with_ties(tmp_path):
+    """Random events on three threads, on a coarse grid so that points tie (zero durations too): ties are where
+    the order of the points (t, ends first, entry order) decides which point a wait follows."""
+    rng = random.Random(3)
+    events = []
+    for tid in (1, 2, 3):
+        ts = rng.randrange(0, 3) * 500
+        for _ in range(60):
+            dur = rng.choice([0, 500, 1000, 1500])
+            events.append(op(f"t{tid}_{len(events)}", ts, dur, tid))
+            ts += dur + rng.choice([0, 0, 500, 1000, 1500, 3000, 12000])
+    rng.shuffle(events)
+    expected = thread_waits_oracle(events)
+    assert len(expected) >= 10  # the grid makes waits, and ties among them
+    assert thread_waits(load(tmp_path, events)) == expected
