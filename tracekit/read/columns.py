@@ -35,6 +35,14 @@ if TYPE_CHECKING:
     import polars as pl  # imported where used: only entries with problems need it (bench/RESULTS.md, ingest's floor)
 
 
+# Scalars typed once: pyarrow infers the type of a Python value (pc.equal(x, "X"), pa.repeat(True, n)) by trying to
+# import dateutil.relativedelta, a file search of ~0.2 ms each time it is not installed (0.06 s of a 38 MB trace's
+# report, once per chunk and call).
+TRUE, FALSE = pa.scalar(True, pa.bool_()), pa.scalar(False, pa.bool_())
+ZERO = pa.scalar(0, pa.int64())
+COMPLETE_PHASE, METADATA_PHASE, OTHER_KIND = (pa.scalar(text, pa.string()) for text in ("X", "M", "other"))
+
+
 def raw_text(values, nullable: bool = True) -> pa.Array:
     """JSON texts (msgspec.Raw, bytes, or None where `nullable`) → a string array from one buffer (empty → null)."""
     if nullable:
@@ -118,7 +126,7 @@ def _integers(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         present = pa.StringArray.from_buffers(len(text), pa.py_buffer(offsets - start), data.slice(start),
                                               pa.py_buffer(np.packbits(parsed, bitorder="little")))
         try:  # a sign alone, or a minus after a digit, is no integer: the cast says so
-            return pc.fill_null(present.cast(pa.int64()), 0).to_numpy(), parsed
+            return pc.fill_null(present.cast(pa.int64()), ZERO).to_numpy(), parsed
         except pa.ArrowInvalid:
             pass
     parsed = pc.fill_null(pc.match_substring_regex(text, r"^[+-]?[0-9]{1,18}$"), False)
@@ -172,7 +180,7 @@ def kinds(categories: pa.Array) -> pa.Array:
     """Category → normalised kind, looked up once per distinct category."""
     encoded = pc.dictionary_encode(categories)
     names = [CATEGORY_KINDS.get(c.lower(), "other") for c in encoded.dictionary.to_pylist()]
-    return pc.fill_null(pa.array(names, pa.string()).take(encoded.indices), "other")
+    return pc.fill_null(pa.array(names, pa.string()).take(encoded.indices), OTHER_KIND)
 
 
 # --------------------------------------------------------------------------- entries → rank-free tables
@@ -237,11 +245,11 @@ def entry_tables(path: Location, text, first_id: int) -> EntryTables:
     n = len(entries)
     rows = entries if raws is None else [PLACEHOLDER if e is None else e for e in entries]
     cols = dict(zip(ENTRY_FIELDS, zip(*map(msgspec.structs.astuple, rows)))) if n else {f: () for f in ENTRY_FIELDS}
-    is_object = pa.array([e is not None for e in entries], type=pa.bool_()) if raws else pa.repeat(True, n)
+    is_object = pa.array([e is not None for e in entries], type=pa.bool_()) if raws else pa.repeat(TRUE, n)
     del rows, entries
     ph = pa.array(cols["ph"], type=pa.string())
-    is_x, is_instant, is_flow = (pc.fill_null(mask, False) for mask in (
-        pc.equal(ph, "X"), pc.is_in(ph, INSTANT_PHASES), pc.is_in(ph, FLOW_PHASES)))
+    is_x, is_instant, is_flow = (pc.fill_null(mask, FALSE) for mask in (
+        pc.equal(ph, COMPLETE_PHASE), pc.is_in(ph, INSTANT_PHASES), pc.is_in(ph, FLOW_PHASES)))
     is_other = pc.invert(pc.or_(pc.or_(is_x, is_instant), is_flow))  # metadata, unknown phases, not objects
     x_rows, instant_rows, flow_rows, other_rows = (np.flatnonzero(mask.to_numpy(zero_copy_only=False))
                                                    for mask in (is_x, is_instant, is_flow, is_other))
@@ -277,8 +285,8 @@ def entry_tables(path: Location, text, first_id: int) -> EntryTables:
     has_flow_id = pc.is_valid(flow_table.column("flow_id"))
     flows = flow_table.drop_columns(["flow_id_text"]).rename_columns({"ph": "phase"})
     flows = flows.filter(has_flow_id) if flows.column("flow_id").null_count else flows
-    kept = pc.and_(pc.equal(others.column("ph"), "M"), pc.is_in(others.column("name"), METADATA_NAMES))
-    metadata = others.filter(pc.fill_null(kept, False)).select(METADATA_SCHEMA.names)
+    kept = pc.and_(pc.equal(others.column("ph"), METADATA_PHASE), pc.is_in(others.column("name"), METADATA_NAMES))
+    metadata = others.filter(pc.fill_null(kept, FALSE)).select(METADATA_SCHEMA.names)
     if flows.num_rows < flow_table.num_rows or others.num_rows > metadata.num_rows:
         import polars as pl
 
