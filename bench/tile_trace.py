@@ -56,10 +56,14 @@ def tiled(trace: dict, copies: int) -> dict:
     return {**trace, "traceEvents": out}
 
 
+def trace_json(path: Path) -> dict:
+    """A trace file's JSON document (gzip-compressed when it ends in .gz)."""
+    return json.loads(gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes())
+
+
 def main() -> None:
     source, copies, target = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    raw = gzip.open(source).read() if source.suffix == ".gz" else source.read_bytes()
-    data = json.dumps(tiled(json.loads(raw), copies), separators=(",", ":")).encode()
+    data = json.dumps(tiled(trace_json(source), copies), separators=(",", ":")).encode()
     with gzip.open(target, "wb", compresslevel=3) as out:
         out.write(data)
     print(f"{target}: {len(data) / 2**20:.1f} MB of JSON ({copies} copies of {source.name})")

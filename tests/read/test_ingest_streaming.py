@@ -193,12 +193,14 @@ def test_microseconds_to_ns_is_exact_against_decimal_arithmetic():
     ["5", "1234567890123456789", "-123456789012345678"],  # 19 digits, and 18 with a sign: beyond the one cast
     ["", ""],
     ["12", "1.2.3"],  # two dots: its digits are an integer, the text is no number
+    # int64's ends, and one ns beyond each, with more decimals than the one cast takes
+    ["9223372036854775.8070", "9223372036854775.8080", "-9223372036854775.8080", "-9223372036854775.8090", "-0.0005"],
 ])
 def test_integer_microseconds_with_and_without_the_one_cast(texts):
-    """Columns that take the cast of integer text (and those that must not) against decimal arithmetic; a
-    slice, as the chunks' columns can be."""
+    """Columns that take the cast of integer text (and those that must not) against decimal arithmetic, up to
+    int64's ends; a slice, as the chunks' columns can be."""
     def expected(t: str) -> int | None:  # null: not a number, or beyond int64 ns
-        ns = exact_ns_oracle(t) if re.fullmatch(r"-?[0-9]+", t) else None
+        ns = exact_ns_oracle(t) if re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", t) and t.count(".") < 2 else None
         return ns if ns is not None and -2**63 <= ns < 2**63 else None
 
     assert microseconds_to_ns(pa.array(texts, pa.string())).to_pylist() == list(map(expected, texts))
