@@ -34,6 +34,9 @@ with points as (
 -- the rank's time order: t, then ends before starts, then id (ids are entry positions: 0 ≤ id < 2^63)
 ordered as materialized (
     select *, (t::hugeint << 64) + ((not is_end)::hugeint << 63) + id as point_order from points
+    -- in time order: the window and the ASOF join below then sort nearly sorted input (0.19 -> 0.17 s on a 53 MB
+    -- trace, this sort included)
+    order by rank, point_order
 ),
 -- points whose thread had no point for at least 1 ms, and each thread's first point
 resumed as (

@@ -32,6 +32,7 @@ from tracekit.engine.tables import TraceTables
 NESTING_KINDS = ("trace", "user_annotation", "python_function", "cpu_op", "runtime", "driver", "overhead", "other")
 # Among events with identical start and duration, the outer one comes first in this order.
 NESTING_RANK = {kind: i for i, kind in enumerate(NESTING_KINDS)}
+NEST_KIND = pa.scalar("nest", pa.string())  # typed: pyarrow's type inference tries to import dateutil each time
 # The link passes whose results build_edges keeps (queries/link/NAME.sql); the catalog adds the passes they read
 # (host_calls, gpu_launched, sync_edges, flow_bindings) and orders them all.
 LINK_RESULTS = ("launch_edges", "stream_edges", "unlinked_launches", "sync_edge_pairs", "unresolved_syncs",
@@ -101,11 +102,10 @@ def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table]:
     new_thread = np.r_[True, np.any([t[order][1:] != t[order][:-1] for t in thread], axis=0)]
     thread_start = np.maximum.accumulate(np.where(new_thread, index, 0))
 
-    # A container must still be open after the child starts: a zero-length event at the instant a sibling ends
-    # belongs to the enclosing event, not to that sibling.
-    parent = nearest_previous_at_least(end, np.maximum(end, ts + 1), thread_start)
-    # The nearest earlier event still open when this one starts; if it is not the parent, the two overlap improperly.
-    open_at_start = nearest_previous_at_least(end, ts + 1, thread_start)
+    # parent: a container must still be open after the child starts (a zero-length event at the instant a sibling
+    # ends belongs to the enclosing event, not to that sibling). open_at_start: the nearest earlier event still open
+    # when this one starts; if it is not the parent, the two overlap improperly.
+    parent, open_at_start = nearest_previous_at_least(end, [np.maximum(end, ts + 1), ts + 1], thread_start)
     improper = (open_at_start >= 0) & (open_at_start != parent)
 
     has_parent = parent >= 0
@@ -113,7 +113,7 @@ def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table]:
         "rank": pa.array(ranks[has_parent], pa.int32()),
         "src": pa.array(ids[parent[has_parent]], pa.int64()),
         "dst": pa.array(ids[has_parent], pa.int64()),
-        "kind": pa.array(np.full(has_parent.sum(), "nest", dtype=object), pa.string()),
+        "kind": pa.repeat(NEST_KIND, int(has_parent.sum())),
     })
     overlap_with = ids[open_at_start[improper]]
     notes = pa.table({
@@ -136,11 +136,12 @@ def sort_codes(values: pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(pc.index_in(values, value_set=distinct), len(distinct)).to_numpy()
 
 
-def nearest_previous_at_least(values: np.ndarray, targets: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """For each i, the largest j in [start[i], i) with values[j] >= targets[i], or -1.
+def nearest_previous_at_least(values: np.ndarray, targets: list[np.ndarray], start: np.ndarray
+                              ) -> list[np.ndarray]:
+    """For each array of TARGETS: for each i, the largest j in [start[i], i) with values[j] >= targets[i], or -1.
 
     Binary lifting: skip back over the longest run of elements all below the target, in power-of-two blocks whose
-    maxima come from a sparse table. Runs over every element at once.
+    maxima come from a sparse table (built once for all the targets). Runs over every element at once.
     """
     n = len(values)
     # No search crosses a segment start, so blocks longer than the longest segment are never used: the depth (and
@@ -150,6 +151,13 @@ def nearest_previous_at_least(values: np.ndarray, targets: np.ndarray, start: np
     while (1 << len(table)) <= longest:
         prev, half = table[-1], 1 << (len(table) - 1)
         table.append(np.maximum(prev[:-half] if half < len(prev) else prev[:0], prev[half:]))
+    return [_search_back(values, table, each, start) for each in targets]
+
+
+def _search_back(values: np.ndarray, table: list[np.ndarray], targets: np.ndarray, start: np.ndarray
+                 ) -> np.ndarray:
+    """nearest_previous_at_least for one array of targets, over its sparse table of VALUES."""
+    n = len(values)
     pos = np.arange(n)  # exclusive end of the unsearched prefix
     for level in range(len(table) - 1, -1, -1):
         size = 1 << level
