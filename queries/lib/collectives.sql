@@ -76,14 +76,22 @@ create or replace macro collective_kernels() as table
     ),
     -- the launch call's enclosing events, nearest first, up to the first that says what the collective is: a
     -- record_param_comms (or c10d op) with collective args, or a `nccl:*` annotation (older traces)
+    -- each event's parent, and whether the parent says what a collective is, looked up once: the recursion below
+    -- joins this each iteration instead of scanning edges and events (once per tree level: 0.14 s of 0.26 on a
+    -- 53 MB trace with Python frames, for 48 kernels)
+    ck_parents as materialized (
+        select n.rank, n.dst as id, n.src as parent,
+               p.collective_name is not null or regexp_matches(p.name, '^(nccl|rccl|gloo):') as parent_found
+        from edges n
+        join events p on p.rank = n.rank and p.id = n.src
+        where n.kind = 'nest'
+    ),
     ck_up(rank, kernel_id, node, depth, found) as (
         select rank, id, call_id, 0, false from ck_kernels where call_id is not null
         union all
-        select u.rank, u.kernel_id, n.src, u.depth + 1,
-               p.collective_name is not null or regexp_matches(p.name, '^(nccl|rccl|gloo):')
+        select u.rank, u.kernel_id, n.parent, u.depth + 1, n.parent_found
         from ck_up u
-        join edges n on n.kind = 'nest' and n.rank = u.rank and n.dst = u.node
-        join events p on p.rank = n.rank and p.id = n.src
+        join ck_parents n on n.rank = u.rank and n.id = u.node
         where not u.found
     ),
     ck_describer as (
