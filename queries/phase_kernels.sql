@@ -19,7 +19,7 @@ with iterations as materialized (
 ),
 members as (
     select m.rank, i.phase, g.name, g.kind, g.dur
-    from step_members() m
+    from step_members(iterations_only := true) m
     join iterations i on i.rank = m.rank and i.step = m.step
     join gpu_ops() g on g.rank = m.rank and g.id = m.id
 ),
