@@ -286,11 +286,17 @@ create or replace macro _critical_path_lanes() as table
             from _critical_path_states()
             window lane_order as (partition by rank, lane order by tau, k1, k2, k3)
         )
+    ),
+    -- where each jump lands, looked up for the jumps alone (a few percent of the states): a join of every state
+    -- with every state, null where not a jump, hashed all of them (0.27 -> 0.20 s for this macro on a 53 MB trace)
+    targets as materialized (
+        select j.rank, j.state, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
+        from (select rank, state, next_state from lanes where is_jump) j
+        join (select rank, lane, pos, tau, state from lanes) t on t.rank = j.rank and t.state = j.next_state
     )
-    select l.*, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
+    select l.*, t.to_lane, t.to_pos, t.to_tau
     from lanes l
-    left join (select rank, lane, pos, tau, state from lanes) t
-        on l.is_jump and t.rank = l.rank and t.state = l.next_state;
+    left join targets t on t.rank = l.rank and t.state = l.state;
 
 create or replace macro critical_path_segments(windows) as table
     with recursive
