@@ -214,7 +214,7 @@ create or replace macro step_or_trace_windows() as table
 --   Events starting outside every step window (before the first step, between or after steps) belong to none.
 -- iterations_only: the serving iterations' steps alone (phase_kernels), the others' events in none; with none of
 -- them, no event is placed at all (the placing took 0.07 s of a 53 MB training trace's phase_kernels, which was
--- then empty).
+-- then empty). A rank's steps are all of one marker (step_windows), so an iteration's events are the same either way.
 create or replace macro step_members(iterations_only := false) as table
     with sm_steps as materialized (
         select rank, step, start_ns, end_ns, coalesce(gpu_start_ns, start_ns) as gpu_start_ns,
