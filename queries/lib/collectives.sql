@@ -74,8 +74,6 @@ create or replace macro collective_kernels() as table
         left join edges l on l.kind = 'launch' and l.rank = k.rank and l.dst = k.id
         where k.kind = 'kernel' and gpu_timeline_category(k.name, k.kind) = 'communication'
     ),
-    -- the launch call's enclosing events, nearest first, up to the first that says what the collective is: a
-    -- record_param_comms (or c10d op) with collective args, or a `nccl:*` annotation (older traces)
     -- each event's parent, and whether the parent says what a collective is, looked up once: the recursion below
     -- joins this each iteration instead of scanning edges and events (once per tree level: 0.14 s of 0.26 on a
     -- 53 MB trace with Python frames, for 48 kernels)
@@ -86,6 +84,8 @@ create or replace macro collective_kernels() as table
         join events p on p.rank = n.rank and p.id = n.src
         where n.kind = 'nest'
     ),
+    -- the launch call's enclosing events, nearest first, up to the first that says what the collective is: a
+    -- record_param_comms (or c10d op) with collective args, or a `nccl:*` annotation (older traces)
     ck_up(rank, kernel_id, node, depth, found) as (
         select rank, id, call_id, 0, false from ck_kernels where call_id is not null
         union all
