@@ -1,4 +1,5 @@
-"""How the bench suite measures a command: a fresh child process, its wall and CPU time, and its own peak RSS.
+"""How the bench suite measures a command: a fresh child process, its wall and CPU time, and its peak RSS (its own, or
+with its child processes' added, such as the reader's helpers, where that is larger: `_launch`).
 
 Peak RSS: Linux carries a process's peak across fork and exec (fork copies the parent's memory map and its high-water
 mark; exec folds the old map's mark into the new program's `ru_maxrss`), so `os.wait4` on a child of a 300 MB
@@ -15,6 +16,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +31,7 @@ class Run:
     """One run of a command in a fresh process."""
     wall: float  # seconds, measured by the launcher around the command
     cpu: float  # user + system seconds of the command (all its threads and children)
-    peak_mb: float  # the command's own peak RSS (MiB)
+    peak_mb: float  # the command's peak RSS (MiB): its own, or its processes' together where larger (_launch)
     exit_code: int
     stderr: str
 
@@ -108,13 +110,42 @@ def table(header: list[str], rows: list[list]) -> str:
 
 
 def _launch(cmd: list[str]) -> None:
-    """The launcher's side: run CMD (its output to our stderr / nowhere), print its costs as one JSON line."""
+    """The launcher's side: run CMD (its output to our stderr / nowhere), print its costs as one JSON line.
+
+    The peak is the larger of the command's own (wait4) and the sum over the command and its child processes (the
+    reader's helpers), sampled every TREE_SAMPLE_S: wait4 gives the largest single process of a tree, not its
+    sum."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    tree_peak = [0]
+    sampler = threading.Thread(target=_sample_tree, args=(proc.pid, tree_peak), daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
-    print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
+    print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+                      "peak_mb": max(usage.ru_maxrss, tree_peak[0]) / 1024,
                       "exit_code": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+TREE_SAMPLE_S = 0.01
+
+
+def _sample_tree(root: int, peak: list[int]) -> None:
+    """PEAK[0]: the largest sum of resident KiB over ROOT and its descendants seen, until ROOT ends."""
+    while True:
+        total, stack = 0, [root]
+        while stack:
+            pid = stack.pop()
+            try:
+                with open(f"/proc/{pid}/status") as status:
+                    total += next((int(line.split()[1]) for line in status if line.startswith("VmRSS:")), 0)
+                with open(f"/proc/{pid}/task/{pid}/children") as children:
+                    stack += [int(child) for child in children.read().split()]
+            except (OSError, ValueError):
+                if pid == root:
+                    return
+        peak[0] = max(peak[0], total)
+        time.sleep(TREE_SAMPLE_S)
 
 
 def _self_check() -> None:

@@ -26,8 +26,9 @@ COMMAND (any of; `all` = every one but same-bytes):
 
 Every figure is the median of --repeat runs, the commands of one table alternating run by run so that a change of
 the machine's load hits all alike: read the ratios, which come from one run. CPU is user + system seconds of the
-command (all its threads), which a loaded machine moves less than wall time; peak is the command's own peak RSS
-(bench/measure.py explains why a launcher measures it).
+command (all its threads and child processes: the reader's helpers), which a loaded machine moves less than wall
+time; peak is the command's peak RSS, its child processes' added while they run (bench/measure.py explains why a
+launcher measures it, and how).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from tracekit.link.edges import build_edges
 from tracekit.link.graph_capture import attach_graph_captures
 from tracekit.read.dataset import check_dataset, check_dataset_rows, read_dataset, read_rank
 from tracekit.read.execution_trace import named_rank, opens_as_execution_trace
-from tracekit.read.kineto import FileTables, TraceParts, file_rank, rank_tables, read_trace
+from tracekit.read.kineto import ChunkHelpers, FileTables, TraceParts, file_rank, rank_tables, read_trace
 from tracekit.read.ranks import pytorch_version
 from tracekit.storage import Location
 
@@ -239,19 +239,26 @@ def linked(parts: list[FileTables], edges: bool = True, notes: pa.Table | None =
 
 def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts | InputError]:
     """Each file read (ranks not applied yet), in order, or the InputError saying why it could not be: in this
-    process, or in `workers` processes.
+    process (a large file's chunks shared with helper processes on the spare CPUs: tracekit/read/chunk_workers.py),
+    or in `workers` processes.
 
     Not the default: on a 2-core machine, starting workers and pickling their tables back cost more than the
     parallelism saved, even for 4 files of 100 MB (bench/RESULTS.md).
     """
     if workers and workers > 1 and len(files) > 1:
         return _read_in_processes(files, min(workers, len(files)))
-    return map(read_or_error, files)
+    return _read_here(files)
 
 
-def read_or_error(path: Path) -> TraceParts | InputError:
+def _read_here(files: list[Path]) -> Iterator[TraceParts | InputError]:
+    with ChunkHelpers() as helpers:  # the large files' chunks shared with helper processes, on the spare CPUs
+        for path in files:
+            yield read_or_error(path, helpers)
+
+
+def read_or_error(path: Path, helpers: ChunkHelpers | None = None) -> TraceParts | InputError:
     try:
-        return read_trace(path)
+        return read_trace(path, helpers=helpers)
     except InputError as error:
         return error
 

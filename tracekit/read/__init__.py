@@ -19,14 +19,9 @@ Modules, in the order a file goes through them:
 - `screen`: exact duplicates dropped, timestamps and durations that cannot be real nulled.
 - `ranks`: the rank of a file, its tables with ranks applied (`FileTables`), the threads, processes and ranks
   tables from metadata entries and top-level keys.
+- `chunk_workers`: a large file's chunks shared with helper processes on the spare CPUs (`ChunkHelpers`), which
+  send each chunk's tables back as Arrow IPC.
 - `kineto`: the reader's entry: `read_trace` (streamed, or whole when streaming meets anything unusual).
 - `execution_trace`: Execution Traces (ExecutionTraceObserver JSON) → `et_nodes` / `et_tensors` of one rank.
 - `dataset`: reading back an ingested Parquet dataset as `TraceTables`.
 """
-
-from tracekit.read.dataset import read_dataset
-from tracekit.read.execution_trace import execution_trace_rank, read_execution_trace
-from tracekit.read.kineto import FileTables, ParsedFile, TraceParts, file_rank, parse_file, rank_tables, read_trace
-
-__all__ = ["FileTables", "ParsedFile", "TraceParts", "execution_trace_rank", "file_rank", "parse_file",
-           "rank_tables", "read_dataset", "read_execution_trace", "read_trace"]

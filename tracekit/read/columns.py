@@ -220,6 +220,19 @@ class EntryTables:
         return EntryTables(sum(p.entry_count for p in parts),
                            *(pa.concat_tables([getattr(p, name) for p in parts]) for name in tables))
 
+    def shifted(self, offset: int) -> EntryTables:
+        """These entries' tables with their ids (and the notes' positions) OFFSET further: entries of a chunk made
+        with ids from 0, in their place in the file."""
+        if not offset:
+            return self
+
+        def moved(table: pa.Table, column: str) -> pa.Table:
+            i = table.schema.get_field_index(column)
+            return table.set_column(i, table.field(i), pc.add(table.column(i), pa.scalar(offset, pa.int64())))
+
+        return EntryTables(self.entry_count, moved(self.events, "id"), moved(self.instants, "id"),
+                           moved(self.flows, "id"), moved(self.metadata, "id"), moved(self.notes, "position"))
+
     def with_cut(self, cut: Cut) -> EntryTables:
         """These entries of a cut file: the entry cut short counts as read, and is dropped with the `truncated`
         note."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from tracekit.errors import InputError
+from tracekit.read.chunk_workers import ChunkHelpers, Helper, chunk_tables
 from tracekit.read.columns import EntryTables, TraceParts, entry_tables
 from tracekit.read.entries import gc_paused
 from tracekit.read.ranks import FileTables, file_rank, rank_tables
@@ -33,24 +34,25 @@ from tracekit.read.text import (
 )
 from tracekit.storage import Location
 
-__all__ = ["FileTables", "ParsedFile", "TraceParts", "file_rank", "parse_file", "rank_tables", "read_trace"]
+__all__ = ["ChunkHelpers", "FileTables", "ParsedFile", "TraceParts", "file_rank", "parse_file", "rank_tables",
+           "read_trace"]
 
 
-def read_trace(path: Location, chunk_bytes: int = CHUNK_BYTES) -> TraceParts:
-    """Read one trace file, streaming it in chunks; whole when streaming meets anything unusual. A cut file gives
-    the entries complete before the cut (and a `truncated` note); then duplicates and impossible times are
-    screened out (`screened`)."""
+def read_trace(path: Location, chunk_bytes: int = CHUNK_BYTES, helpers: ChunkHelpers | None = None) -> TraceParts:
+    """Read one trace file, streaming it in chunks (HELPERS, when given, decode some of them); whole when streaming
+    meets anything unusual. A cut file gives the entries complete before the cut (and a `truncated` note); then
+    duplicates and impossible times are screened out (`screened`)."""
     with gc_paused():
         try:
-            parts = _read_streamed(path, chunk_bytes)
+            parts = _read_streamed(path, chunk_bytes, helpers.for_file(path) if helpers else [])
         except NotStreamable:
             parts = _read_whole(path)
         return parts if parts.is_execution_trace else screened(parts)
 
 
-def _read_streamed(path: Location, chunk_bytes: int) -> TraceParts:
+def _read_streamed(path: Location, chunk_bytes: int, helpers: list[Helper] = ()) -> TraceParts:
     blocks = read_ahead(decompressed_blocks(path, max(chunk_bytes, MIN_BLOCK_BYTES)))
-    return _read_chunks(path, blocks, chunk_bytes)
+    return _read_chunks(path, blocks, chunk_bytes, helpers)
 
 
 def _read_whole(path: Location) -> TraceParts:
@@ -80,25 +82,25 @@ def _replayed(data: bytes, gzip_cut: bool) -> Iterator[bytes]:
         raise StreamCut
 
 
-def _read_chunks(path: Location, blocks: Iterator[bytes], chunk_bytes: int) -> TraceParts:
-    chunks = trace_event_chunks(blocks, chunk_bytes)
-    parts: list[EntryTables] = []
-    first_id = 0
-    while True:
+def _read_chunks(path: Location, blocks: Iterator[bytes], chunk_bytes: int, helpers: list[Helper] = ()
+                 ) -> TraceParts:
+    ended = []
+
+    def texts() -> Iterator[bytes]:
+        ended.append((yield from trace_event_chunks(blocks, chunk_bytes)))
+
+    def tables(chunk: bytes, first_id: int) -> EntryTables:
         try:
-            chunk = next(chunks)
-        except StopIteration as done:
-            top, cut = done.value
-            break
-        except NothingToSalvage as nothing:
-            raise _nothing_to_salvage(path, *nothing.args) from None
-        try:
-            part = entry_tables(path, chunk, first_id)
+            return entry_tables(path, chunk, first_id)
         except InputError:  # a chunk that is not valid JSON: let the whole-file path say what is wrong with the file
             raise NotStreamable from None
-        parts.append(part)
-        first_id += part.entry_count
+
+    try:
+        parts = list(chunk_tables(texts(), tables, helpers))
+    except NothingToSalvage as nothing:
+        raise _nothing_to_salvage(path, *nothing.args) from None
     entries = EntryTables.concat(parts)
+    top, cut = ended[0]
     if cut is None:
         return TraceParts(path, top, entries)
     if not entries.entry_count:
