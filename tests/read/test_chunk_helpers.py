@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from tests.conftest import shared_trace
 from tests.read.test_ingest_streaming import tricky_entries
 from tracekit.errors import InputError
+from tracekit.read import chunk_workers
 from tracekit.read.chunk_workers import ChunkHelpers
 from tracekit.read.columns import TraceParts
 from tracekit.read.kineto import read_trace
@@ -123,6 +126,18 @@ def test_a_killed_helper_leaves_its_chunks_to_the_reader(tmp_path):
         processes = [h.process for h in two.started]
     assert_same_parts(helped, alone)
     assert all(p.poll() is not None for p in processes)  # none left running
+
+
+def test_a_stuck_helper_is_ended_and_its_chunks_read_here(tmp_path, monkeypatch):
+    path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
+    alone = read_trace(path, 1 << 14)
+    monkeypatch.setattr(chunk_workers, "ANSWER_SECONDS", 0.5)
+    with ChunkHelpers(1, min_text_bytes=0) as one:
+        read_trace(path, 1 << 14, one)  # started
+        os.kill(one.started[0].process.pid, signal.SIGSTOP)  # alive, and answering nothing
+        helped = read_trace(path, 1 << 14, one)
+        assert not one.started[0].alive
+    assert_same_parts(helped, alone)
 
 
 def test_small_files_are_read_alone(tmp_path):

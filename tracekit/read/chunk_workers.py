@@ -36,6 +36,7 @@ TABLES = ("events", "instants", "flows", "metadata", "notes")
 HEADER = struct.Struct("<Q" + "Q" * len(TABLES))  # entry count, then each table's IPC bytes
 FAILED = b""  # a helper's reply for a chunk it could not turn into tables
 HELPER_TEXT_BYTES = 32 << 20  # a file of less JSON is read in little more than the time a helper takes to start
+ANSWER_SECONDS = 120  # a helper that takes longer for a chunk (~0.05 s) is stuck: the reader makes it, and ends it
 
 
 def text_bytes(path) -> int:
@@ -133,11 +134,16 @@ class Helper:
                     self.alive = False
             future.set_result(reply)
 
+    def stop(self) -> None:
+        """Kill the process: the chunks it holds are answered with nothing (the reader makes them)."""
+        self.alive = False
+        self.process.kill()
+
     def close(self) -> None:
         """End the helper now: every chunk it was given is answered or made by the reader, and a chunk it still
         decodes (one the reader made itself) is not worth waiting for."""
         self.jobs.put(None)
-        self.process.kill()
+        self.stop()
         self.thread.join()
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout):
@@ -177,8 +183,13 @@ def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTa
         nonlocal first_id
         chunk, made = pending.popleft()
         if not isinstance(made, EntryTables):
-            reply = made[1].result()
-            # failed or lost: made here, where its error (if any) is raised as without helpers
+            helper, future = made
+            try:
+                reply = future.result(timeout=ANSWER_SECONDS)
+            except TimeoutError:
+                helper.stop()
+                reply = None
+            # failed, lost or stuck: made here, where its error (if any) is raised as without helpers
             made = decoded(reply) if reply else tables(chunk, 0)
         part = made.shifted(first_id)
         first_id += part.entry_count
