@@ -38,7 +38,8 @@ def helpers():
     """One helper, started once and warm for each test (as for the second file of a read), used whatever the
     file's size."""
     with ChunkHelpers(1, min_text_bytes=0) as started:
-        read_trace(shared_trace("nvidia/h100_bert-small.json.gz"), 1 << 14, started)  # the helper has started
+        read_trace(shared_trace("nvidia/h100_bert-small.json.gz"), 1 << 14, started)
+        assert started.started[0].submit(b"[]").result(timeout=60)  # it has started: it answers
         yield started
 
 
@@ -117,7 +118,8 @@ def test_a_killed_helper_leaves_its_chunks_to_the_reader(tmp_path):
     path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
     alone = read_trace(path, 1 << 14)
     with ChunkHelpers(2, min_text_bytes=0) as two:
-        read_trace(path, 1 << 14, two)  # both started
+        read_trace(path, 1 << 14, two)
+        assert all(h.submit(b"[]").result(timeout=60) for h in two.started)  # both started
         two.started[0].process.kill()
         two.started[0].process.wait()
         helped, made = helped_read(path, 1 << 14, two)
@@ -133,11 +135,31 @@ def test_a_stuck_helper_is_ended_and_its_chunks_read_here(tmp_path, monkeypatch)
     alone = read_trace(path, 1 << 14)
     monkeypatch.setattr(chunk_workers, "ANSWER_SECONDS", 0.5)
     with ChunkHelpers(1, min_text_bytes=0) as one:
-        read_trace(path, 1 << 14, one)  # started
+        read_trace(path, 1 << 14, one)
+        assert one.started[0].submit(b"[]").result(timeout=60)  # started
         os.kill(one.started[0].process.pid, signal.SIGSTOP)  # alive, and answering nothing
         helped = read_trace(path, 1 << 14, one)
         assert not one.started[0].alive
     assert_same_parts(helped, alone)
+
+
+def test_helpers_start_once_the_files_of_a_read_add_up(tmp_path):
+    """Ranks of a run, each small: the helpers start at the file that brings the read to the threshold, and help
+    with every file after it."""
+    paths = [write_trace(tmp_path / f"rank{r}.json.gz", tricky_entries(1500 + r)) for r in range(3)]
+    alone = [read_trace(p, 1 << 14) for p in paths]
+    two_files = sum(chunk_workers.text_bytes(p) for p in paths[:2])
+    assert chunk_workers.text_bytes(paths[0]) == len(gzip.decompress(paths[0].read_bytes()))
+    with ChunkHelpers(1, min_text_bytes=two_files) as helpers:
+        first = read_trace(paths[0], 1 << 14, helpers)
+        assert helpers.started == []
+        second = read_trace(paths[1], 1 << 14, helpers)
+        assert len(helpers.started) == 1
+        assert helpers.started[0].submit(b"[]").result(timeout=60)  # up: the third file's chunks are shared
+        third, made = helped_read(paths[2], 1 << 14, helpers)
+        assert made > 0
+    for helped, own in zip([first, second, third], alone):
+        assert_same_parts(helped, own)
 
 
 def test_small_files_are_read_alone(tmp_path):

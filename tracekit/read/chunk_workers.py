@@ -35,29 +35,32 @@ SIZE = struct.Struct("<Q")
 TABLES = ("events", "instants", "flows", "metadata", "notes")
 HEADER = struct.Struct("<Q" + "Q" * len(TABLES))  # entry count, then each table's IPC bytes
 FAILED = b""  # a helper's reply for a chunk it could not turn into tables
-HELPER_TEXT_BYTES = 32 << 20  # a file of less JSON is read in little more than the time a helper takes to start
+HELPER_TEXT_BYTES = 32 << 20  # less JSON is read in little more than the time a helper takes to start
 ANSWER_SECONDS = 120  # a helper that takes longer for a chunk (~0.05 s) is stuck: the reader makes it, and ends it
 
 
 def text_bytes(path) -> int:
-    """PATH's bytes of JSON: its size, or a gzip file's size as its trailer gives it (the last member's, mod 2^32);
-    0 when it cannot be read (the reader says why)."""
+    """PATH's bytes of JSON, at least: a local gzip file's size as its trailer gives it (the last member's, mod
+    2^32), else the file's size (a remote file's without reading it); 0 when it cannot be read (the reader says
+    why)."""
     try:
+        size = storage.size(path)
+        if storage.is_url(path):
+            return size
         with storage.open_binary(path) as fh:
-            size = storage.size(path)
             if fh.read(2) == GZIP_MAGIC and size >= 18:
                 fh.seek(-4, os.SEEK_END)
-                return int.from_bytes(fh.read(4), "little")
+                return max(size, int.from_bytes(fh.read(4), "little"))
             return size
     except OSError:
         return 0
 
 
 class ChunkHelpers:
-    """The helpers of one read of several files: started for the first file of HELPER_TEXT_BYTES or more, kept for
-    the files after it, ended with the block. By default one per CPU beyond the reader's own, at most MAX_HELPERS;
-    none on one CPU, and none in a process multiprocessing started (a `--jobs` or Dask worker: its siblings have the
-    other CPUs)."""
+    """The helpers of one read of several files: started once the read's files reach HELPER_TEXT_BYTES of JSON
+    (counting the file about to be read: one large file, or the ranks of a run), used for every file after that,
+    ended with the block. By default one per CPU beyond the reader's own, at most MAX_HELPERS; none on one CPU, and
+    none in a process multiprocessing started (a `--jobs` or Dask worker: its siblings have the other CPUs)."""
 
     def __init__(self, count: int | None = None, min_text_bytes: int = HELPER_TEXT_BYTES):
         if count is None:
@@ -67,6 +70,7 @@ class ChunkHelpers:
             count = max(0, min(cpus - 1, MAX_HELPERS)) if multiprocessing.parent_process() is None else 0
         self.count = count
         self.min_text_bytes = min_text_bytes
+        self.seen = 0  # bytes of JSON of the files given so far, until the helpers start
         self.started: list[Helper] = []
 
     def __enter__(self) -> ChunkHelpers:
@@ -78,14 +82,18 @@ class ChunkHelpers:
         self.started = []
 
     def for_file(self, path) -> list[Helper]:
-        """The helpers to read PATH with: none for a small file."""
-        if not self.count or text_bytes(path) < self.min_text_bytes:
+        """The helpers to read PATH with: none while the files so far, this one counted, are small."""
+        if not self.count:
             return []
         if not self.started:
+            self.seen += text_bytes(path)
+            if self.seen < self.min_text_bytes:
+                return []
             try:
-                self.started = [Helper() for _ in range(self.count)]
-            except OSError:  # no interpreter to start (an embedded Python): the reader reads alone
-                self.count = 0
+                while len(self.started) < self.count:
+                    self.started.append(Helper())
+            except OSError:  # no interpreter to start (an embedded Python): the reader reads alone, or with fewer
+                self.count = len(self.started)
         return [helper for helper in self.started if helper.alive]
 
 
