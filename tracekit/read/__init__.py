@@ -19,8 +19,8 @@ Modules, in the order a file goes through them:
 - `screen`: exact duplicates dropped, timestamps and durations that cannot be real nulled.
 - `ranks`: the rank of a file, its tables with ranks applied (`FileTables`), the threads, processes and ranks
   tables from metadata entries and top-level keys.
-- `chunk_workers`: a large file's chunks shared with helper processes on the spare CPUs (`ChunkHelpers`), which
-  send each chunk's tables back as Arrow IPC.
+- `chunk_workers`: the chunks of a large read (a large file, or the ranks of a run together) shared with helper
+  processes on the spare CPUs (`ChunkHelpers`), which send each chunk's tables back as Arrow IPC.
 - `kineto`: the reader's entry: `read_trace` (streamed, or whole when streaming meets anything unusual).
 - `execution_trace`: Execution Traces (ExecutionTraceObserver JSON) → `et_nodes` / `et_tensors` of one rank.
 - `dataset`: reading back an ingested Parquet dataset as `TraceTables`.
