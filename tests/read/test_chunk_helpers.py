@@ -17,17 +17,15 @@ from tests.read.test_ingest_streaming import tricky_entries
 from tracekit.errors import InputError
 from tracekit.read import chunk_workers
 from tracekit.read.chunk_workers import ChunkHelpers
-from tracekit.read.columns import TraceParts
+from tracekit.read.columns import EntryTables, TraceParts
 from tracekit.read.kineto import read_trace
 from tracekit.read.text import read_bytes
-
-TABLES = ("events", "instants", "flows", "metadata", "notes")
 
 
 def assert_same_parts(a: TraceParts, b: TraceParts) -> None:
     assert a.top == b.top
     assert a.entries.entry_count == b.entries.entry_count
-    for name in TABLES:
+    for name in EntryTables.TABLES:
         x, y = getattr(a.entries, name), getattr(b.entries, name)
         assert x.schema == y.schema, name
         assert x.combine_chunks().equals(y.combine_chunks()), name
@@ -51,8 +49,12 @@ def helped_read(path: Path, chunk_bytes: int, helpers: ChunkHelpers) -> tuple[Tr
 
 
 @pytest.mark.parametrize("relative", [
-    "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",  # CUDA graphs, 25 MB
+    "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",  # CUDA graph replays, 25 MB
     "amd/mi300x_vllm_decode_graph_capture.json.gz",  # HIP graph capture, serving
+    "amd/mi300x_vllm_decode_graph_execution.json.gz",  # HIP graph replays, serving, no ProfilerStep
+    "nvidia/h100_qwen1.5-0.5b.json.gz",  # no cuda_sync events
+    "amd/mi300x_qwen1.5-0.5b.json.gz",
+    "nvidia/b200_eager_rank0of8.json.gz",
     "nvidia/h100_bert-small.json.gz",  # keys after traceEvents
     "legacy/resnet50_2020-12_bare_list.pt.trace.json.gz",  # a bare list of entries
     "legacy/kineto_cuda_sync_before_fix.json",  # not gzip
@@ -64,6 +66,18 @@ def test_helpers_give_the_tables_of_the_reader_alone(relative, helpers):
     helped, made = helped_read(path, chunk_bytes, helpers)
     assert made > 0  # the helper made some of the chunks: the comparison is of two ways of making them
     assert_same_parts(helped, alone)
+
+
+def test_the_ranks_of_a_run_share_the_helpers(helpers):
+    """The 8 ranks of the DLRM set (NCCL collectives), one helper kept from file to file (as the pipeline's read of
+    a run keeps it): each file's tables as it reads alone."""
+    folder = shared_trace("multirank/dlrm_8ranks_v100")
+    files = sorted(folder.glob("worker*.pt.trace.json.gz"))
+    assert len(files) == 8
+    before = sum(h.replies for h in helpers.started)
+    for path in files:
+        assert_same_parts(read_trace(path, 1 << 14, helpers), read_trace(path, 1 << 14))
+    assert sum(h.replies for h in helpers.started) > before
 
 
 def write_trace(path: Path, entries: list, cut: float | None = None) -> Path:
@@ -100,16 +114,20 @@ def test_a_cut_file_keeps_what_precedes_the_cut(tmp_path, helpers):
 
 
 def test_a_chunk_that_is_not_json_gets_the_readers_message(tmp_path, helpers):
-    """A helper cannot read the bad chunk; the reader reads it again, falls back to the whole file and names the
-    problem, as without helpers."""
+    """The bad entry is in the first chunk, which goes to the (idle) helper: it answers that it could not read it;
+    the reader reads it again, falls back to the whole file and names the problem, as without helpers."""
     text = json.dumps({"traceEvents": tricky_entries(3000)}, indent=1)
-    at = text.index('"name": "op2500"')
+    at = text.index('"name": "op5"')
     path = tmp_path / "bad.json"
-    path.write_text(text[:at] + '"name": op2500' + text[at + len('"name": "op2500"'):])
+    path.write_text(text[:at] + '"name": op5' + text[at + len('"name": "op5"'):])
+    helper = helpers.started[0]
+    assert helper.submit(b'[{"ph": "X", "name": op5}]').result(timeout=60) == chunk_workers.FAILED
     with pytest.raises(InputError) as alone:
         read_trace(path, 1 << 14)
+    before = helper.replies
     with pytest.raises(InputError) as helped:
         read_trace(path, 1 << 14, helpers)
+    assert helper.replies > before  # the bad first chunk was the helper's
     assert str(helped.value) == str(alone.value)
     assert str(path) in str(helped.value) and "not valid JSON" in str(helped.value)
 

@@ -32,8 +32,7 @@ from tracekit.read.text import GZIP_MAGIC
 IN_FLIGHT = 2  # chunks a helper holds at once: one it decodes, one waiting, so it never waits for the reader
 MAX_HELPERS = 3
 SIZE = struct.Struct("<Q")
-TABLES = ("events", "instants", "flows", "metadata", "notes")
-HEADER = struct.Struct("<Q" + "Q" * len(TABLES))  # entry count, then each table's IPC bytes
+HEADER = struct.Struct("<Q" + "Q" * len(EntryTables.TABLES))  # entry count, then each table's IPC bytes
 FAILED = b""  # a helper's reply for a chunk it could not turn into tables
 HELPER_TEXT_BYTES = 32 << 20  # less JSON is read in little more than the time a helper takes to start
 ANSWER_SECONDS = 120  # a helper that takes longer for a chunk (~0.05 s) is stuck: the reader makes it, and ends it
@@ -133,9 +132,7 @@ class Helper:
             reply = None
             if self.alive:
                 try:
-                    self.process.stdin.write(SIZE.pack(len(chunk)))
-                    self.process.stdin.write(chunk)
-                    self.process.stdin.flush()
+                    _write_frame(self.process.stdin, chunk)
                     reply = _read_frame(self.process.stdout)
                     self.replies += 1
                 except (OSError, ValueError):  # the helper died (killed, out of memory): the reader decodes
@@ -161,14 +158,21 @@ class Helper:
                 pass
 
 
+def _write_frame(stream, data: bytes) -> None:
+    stream.write(SIZE.pack(len(data)))
+    stream.write(data)
+    stream.flush()
+
+
 def _read_frame(stream) -> bytes:
+    """One frame's bytes; OSError where the stream ends first (the other side ended)."""
     head = stream.read(SIZE.size)
     if len(head) < SIZE.size:
-        raise OSError("the helper ended")
+        raise OSError("the stream ended")
     (length,) = SIZE.unpack(head)
     body = stream.read(length)
     if len(body) < length:
-        raise OSError("the helper ended")
+        raise OSError("the stream ended")
     return body
 
 
@@ -227,7 +231,7 @@ def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTa
 
 def encoded(part: EntryTables) -> bytes:
     streams = []
-    for name in TABLES:
+    for name in EntryTables.TABLES:
         sink = pa.BufferOutputStream()
         table = getattr(part, name)
         with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -255,18 +259,15 @@ def serve() -> None:
     try:
         with gc_paused():
             while True:
-                head = source.read(SIZE.size)
-                if len(head) < SIZE.size:
+                try:
+                    chunk = _read_frame(source)
+                except OSError:  # stdin ended: the reader is done
                     return
-                (length,) = SIZE.unpack(head)
-                chunk = source.read(length)
                 try:
                     reply = encoded(entry_tables("", chunk, 0))
                 except Exception:
                     reply = FAILED
-                sink.write(SIZE.pack(len(reply)))
-                sink.write(reply)
-                sink.flush()
+                _write_frame(sink, reply)
     except (KeyboardInterrupt, BrokenPipeError):
         os._exit(1)
 

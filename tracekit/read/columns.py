@@ -214,11 +214,12 @@ class EntryTables:
     metadata: pa.Table  # ph M entries whose name tracekit keeps (METADATA_SCHEMA)
     notes: pa.Table  # diagnostics to be (NOTES_SCHEMA)
 
+    TABLES = ("events", "instants", "flows", "metadata", "notes")  # the fields after entry_count, in order
+
     @staticmethod
     def concat(parts: list[EntryTables]) -> EntryTables:
-        tables = ("events", "instants", "flows", "metadata", "notes")
         return EntryTables(sum(p.entry_count for p in parts),
-                           *(pa.concat_tables([getattr(p, name) for p in parts]) for name in tables))
+                           *(pa.concat_tables([getattr(p, name) for p in parts]) for name in EntryTables.TABLES))
 
     def shifted(self, offset: int) -> EntryTables:
         """These entries' tables with their ids (and the notes' positions) OFFSET further: entries of a chunk made
