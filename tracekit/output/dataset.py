@@ -145,8 +145,9 @@ def write_marker(building: Location, rows: dict[str, int], ranks: list[int]) -> 
 
 
 def in_key_order(name: str, table: pa.Table) -> pa.Table:
-    """Rows sorted by the table's key, then by its other columns: the same rows give the same file whatever order
-    they came in (edges and diagnostics come from multi-threaded DuckDB queries in no fixed order)."""
+    """Rows sorted by the table's key, then by its other columns: one trace gives the same files however its rows
+    came (edges and diagnostics come from multi-threaded DuckDB queries in no fixed order). A table already in that
+    order is returned as it is; its Parquet pages then follow its chunks (the read's), the rows the same."""
     key = schema.TABLES[name].key
     ties = [f.name for f in table.schema if f.name not in key and not pa.types.is_nested(f.type)]
     order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in (*key, *ties)]).to_numpy()
