@@ -49,14 +49,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import REPO, SHARED, alternate, median, run_fresh, table, tracekit_cmd  # noqa: E402
 
-TRACES = ["nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "et_pairs/rtx2080ti_linear/kineto.json.gz",
-          "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/h100_qwen1.5-0.5b.json.gz"]
+# the largest shared traces TraceLens reads: the vLLM decode trace (32.5 MB of JSON, Python frames and a HIP graph
+# capture, like the serving traces issue 27 names) and the four largest training and inference traces after it
+TRACES = ["amd/mi300x_vllm_decode_graph_capture.json.gz", "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
+          "et_pairs/rtx2080ti_linear/kineto.json.gz", "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
+          "nvidia/h100_qwen1.5-0.5b.json.gz"]
 DIFF_PAIRS = [("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
                "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz"),
               ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz")]
-SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz",
-                              "multirank/dlrm_8ranks_v100", "nvidia/h100_bert-small.json.gz",
-                              "et_pairs/cpu_torch2.13_single", "et_pairs/a100_simple_add"]
+SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "multirank/dlrm_8ranks_v100",
+                              "nvidia/h100_bert-small.json.gz", "et_pairs/cpu_torch2.13_single",
+                              "et_pairs/a100_simple_add"]
 ORJSON = ("import gzip, sys, orjson; p = sys.argv[1]; "
           "orjson.loads(gzip.open(p).read() if p.endswith('.gz') else open(p, 'rb').read())")
 STAGES = ("imports", "read", "link", "analyses", "write")
