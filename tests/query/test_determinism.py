@@ -9,6 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import openpyxl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,7 +17,8 @@ import pytest
 
 import tracekit
 from tests.conftest import REPO, shared_trace
-from tracekit import synth
+from tracekit import schema, synth
+from tracekit.output import dataset
 from tracekit.output import workbooks as report
 from tracekit.output.terminal import QUERIES
 from tracekit.query import analyses
@@ -71,6 +73,31 @@ def test_ingest_twice_gives_byte_identical_parquet(source, synth_pair, tmp_path)
             # the writer's version only (some pyarrow wheels add "-SNAPSHOT")
             assert meta.created_by.removesuffix("-SNAPSHOT") == f"parquet-cpp-arrow version {pa.__version__}"
             assert set(meta.metadata) == {b"ARROW:schema", b"tracekit.table", b"tracekit.schema_version"}, name
+
+
+
+@pytest.mark.parametrize("name", ["events", "edges"])
+def test_a_table_is_written_in_key_order_however_its_rows_came(name, tmp_path):
+    """`in_key_order` against a sort of its own (numpy's lexsort over the key, then the other columns), for the
+    rows in the order the pipeline gives them (the reader's events are in key order already, and are then written
+    as they are) and shuffled; each written file reads back as the sorted table."""
+    table = getattr(tracekit.load(shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz")), name)
+    columns = [f.name for f in table.schema if not pa.types.is_nested(f.type)]
+    key = list(schema.TABLES[name].key)  # events: (rank, id); edges: (rank, src, dst, kind)
+    sort_keys = []  # each column as (null last, value), most significant first; lexsort takes them reversed
+    for column in key + [c for c in columns if c not in key]:
+        values, text = table[column].to_pylist(), pa.types.is_string(table[column].type)
+        filled = [("" if text else 0) if v is None else v for v in values]
+        sort_keys += [np.array([v is None for v in values]), np.array(filled, dtype=object if text else None)]
+    expected = table.take(np.lexsort(sort_keys[::-1]))
+    shuffled = table.take(np.random.default_rng(0).permutation(table.num_rows))
+    for given in (table, shuffled):
+        ordered = dataset.in_key_order(name, given)
+        assert ordered.equals(expected)
+        pq.write_table(ordered, tmp_path / "t.parquet")
+        assert pq.read_table(tmp_path / "t.parquet").equals(expected)
+    if name == "events":
+        assert dataset.in_key_order(name, table) is table  # already in key order: not copied
 
 
 def test_report_twice_gives_byte_identical_workbooks(tmp_path):
