@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 import tracekit
-from tests.conftest import TRACES, all_kineto_traces, shared_trace
+from tests.conftest import TRACES, all_kineto_traces, shared_trace, trace_id
 from tests.support import categories as rule
 from tracekit import synth
 from tracekit.engine import catalog
@@ -123,7 +123,7 @@ def check_trace(tables: tracekit.TraceTables) -> dict[str, pl.DataFrame]:
     return got
 
 
-@pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
+@pytest.mark.parametrize("path", all_kineto_traces(), ids=trace_id)
 def test_one_rule_on_every_shared_trace(path, loaded_trace):
     check_trace(loaded_trace(path))
 
@@ -194,7 +194,7 @@ def shared_paths(*relative: str) -> list[Path]:
     "nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz", "nvidia/h100_bert-small.json.gz",
     "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "multirank/dlrm_8ranks_v100",
     "nvidia/b200_eager_rank0of8.json.gz", "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz"),
-    ids=lambda p: str(p.relative_to(TRACES)))
+    ids=trace_id)
 def test_op_and_kernels_agree_where_they_should(path, loaded_trace):
     """On the shared traces with such ops: most of the direct kernel time of GEMM, attention, convolution,
     normalization, embedding and communication ops is kernels of the same category (MIOpen's convolutions are
@@ -277,7 +277,7 @@ def test_category_totals_table_has_a_row_per_trace():
     assert current == totals_table(rows)
 
 
-@pytest.mark.parametrize("path", shared_paths(*TOTALS_TRACES), ids=lambda p: str(p.relative_to(TRACES)))
+@pytest.mark.parametrize("path", shared_paths(*TOTALS_TRACES), ids=trace_id)
 def test_category_totals_table_is_current(path, loaded_trace):
     relative = str(path.relative_to(TRACES))
     rows = totals_rows(loaded_trace(path), relative)

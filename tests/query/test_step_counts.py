@@ -4,13 +4,13 @@ statistics (step_stats), the Steps sheet (`steps.steady`) and the diff's verdict
 import polars as pl
 import pytest
 
-from tests.conftest import TRACES, all_kineto_traces
+from tests.conftest import all_kineto_traces, trace_id
 from tracekit import diff
 from tracekit.diff.sections import SECTIONS
 from tracekit.query import analyses
 
 
-@pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
+@pytest.mark.parametrize("path", all_kineto_traces(), ids=trace_id)
 def test_overview_step_statistics_steps_sheet_and_diff_count_the_same_steps(path, loaded_trace):
     tables = loaded_trace(path)
     # on one connection, as the report runs them (the step macros computed once, not once per query)

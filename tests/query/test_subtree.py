@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import tracekit
-from tests.conftest import TRACES, all_kineto_traces
+from tests.conftest import all_kineto_traces, trace_id
 from tracekit.engine import catalog
 from tracekit.query import analyses
 
@@ -42,7 +42,7 @@ def gpu_time_under_each_name(events: pl.DataFrame, edges: pl.DataFrame) -> pl.Da
             .group_by("rank", "name").agg(ns=pl.col("dur").sum()))
 
 
-@pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
+@pytest.mark.parametrize("path", all_kineto_traces(), ids=trace_id)
 def test_subtree_time_per_name_is_the_gpu_time_under_its_calls(path, loaded_trace):
     tables = loaded_trace(path)
     expected = gpu_time_under_each_name(tables.polars("events"), tables.polars("edges"))

@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 
 import tracekit
-from tests.conftest import REPO, TRACES, all_kineto_traces, shared_trace
+from tests.conftest import REPO, TRACES, all_kineto_traces, shared_trace, trace_id
 from tests.support.invariants import accounted_entries, trace_entries
 from tracekit import schema
 
 
-@pytest.mark.parametrize("path", all_kineto_traces(), ids=lambda p: str(p.relative_to(TRACES)))
+@pytest.mark.parametrize("path", all_kineto_traces(), ids=trace_id)
 def test_nothing_lost(path):
     """Rows across all tables plus dropped diagnostics equal len(traceEvents), for every shared trace."""
     tables = tracekit.load(path)
