@@ -8,14 +8,17 @@ import gzip
 import json
 import os
 import signal
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from tests.conftest import shared_trace
 from tests.read.test_ingest_streaming import tricky_entries
 from tracekit.errors import InputError
-from tracekit.read import chunk_workers
+from tracekit.read import chunk_workers, kineto
 from tracekit.read.chunk_workers import ChunkHelpers
 from tracekit.read.columns import EntryTables, TraceParts
 from tracekit.read.kineto import read_trace
@@ -41,10 +44,26 @@ def helpers():
         yield started
 
 
+@contextmanager
+def slowed_reader(seconds: float = 0.01):
+    """The reader's own chunks each made SECONDS later (the helpers', in their processes, as fast as ever): the
+    reader never waits for a helper, and on a fast machine it read a small file whole before a warm helper had
+    answered (CI, 2026-11-27), so a test of what helpers make slows the reader instead."""
+    made_here = kineto.entry_tables
+
+    def slowed(*args):
+        time.sleep(seconds)
+        return made_here(*args)
+
+    with mock.patch.object(kineto, "entry_tables", slowed):
+        yield
+
+
 def helped_read(path: Path, chunk_bytes: int, helpers: ChunkHelpers) -> tuple[TraceParts, int]:
-    """PATH read with HELPERS, and how many chunks they made."""
+    """PATH read with HELPERS (the reader slowed), and how many chunks they made."""
     before = sum(h.replies for h in helpers.started)
-    parts = read_trace(path, chunk_bytes, helpers)
+    with slowed_reader():
+        parts = read_trace(path, chunk_bytes, helpers)
     return parts, sum(h.replies for h in helpers.started) - before
 
 
@@ -125,7 +144,7 @@ def test_a_chunk_that_is_not_json_gets_the_readers_message(tmp_path, helpers):
     with pytest.raises(InputError) as alone:
         read_trace(path, 1 << 14)
     before = helper.replies
-    with pytest.raises(InputError) as helped:
+    with pytest.raises(InputError) as helped, slowed_reader():
         read_trace(path, 1 << 14, helpers)
     assert helper.replies > before  # the bad first chunk was the helper's
     assert str(helped.value) == str(alone.value)
