@@ -73,3 +73,34 @@ def test_a_command_leaves_out_what_it_does_not_use(tmp_path, trace, args, not_lo
     loaded = loaded_by(tmp_path, *[a.format(trace=trace) for a in args])
     assert ENGINES - not_loaded <= loaded  # it did read the trace
     assert not not_loaded & loaded
+
+
+# From an exit handler: the threads numpy's OpenBLAS runs on, as the library itself says (None: numpy not loaded,
+# or built on another BLAS)
+BLAS_THREADS = ("import atexit, ctypes, json, runpy, sys\n"
+                "out = sys.argv[1]\n"
+                "def blas_threads():\n"
+                "    libs = {line.split()[-1] for line in open('/proc/self/maps') if 'openblas' in line}\n"
+                "    for lib in libs:\n"
+                "        for name in ('scipy_openblas_get_num_threads64_', 'openblas_get_num_threads'):\n"
+                "            if hasattr(ctypes.CDLL(lib), name):\n"
+                "                return getattr(ctypes.CDLL(lib), name)()\n"
+                "atexit.register(lambda: open(out, 'w').write(json.dumps(blas_threads())))\n"
+                "sys.argv = ['tracekit', *sys.argv[2:]]\n"
+                "runpy.run_module('tracekit.cli', run_name='__main__')\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the loaded libraries from /proc/self/maps")
+@pytest.mark.parametrize("given, expected", [(None, 1), ("2", 2)])
+def test_the_program_runs_numpys_blas_on_one_thread_unless_told_otherwise(tmp_path, trace, given, expected):
+    # OpenBLAS's threads busy-wait for work when numpy loads, CPU the program needs (cli.app.run); a user's own
+    # OPENBLAS_NUM_THREADS is kept
+    out = tmp_path / "threads.json"
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **({"OPENBLAS_NUM_THREADS": given} if given else {})}
+    proc = subprocess.run([sys.executable, "-c", BLAS_THREADS, str(out), "sql", "select 1", str(trace)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    threads = json.loads(out.read_text())
+    if threads is None:
+        pytest.skip("numpy is not built on OpenBLAS here")
+    assert threads == expected

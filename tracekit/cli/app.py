@@ -95,8 +95,13 @@ def run() -> None:
     owns its process, and its peak is lower with it, CPU alike (bench/RESULTS.md, ingest without polars: ingest
     -31 to -47 MB, report -14 to -31 MB on the 4 bench traces). Set before pyarrow loads, which reads it once; the
     notebook API leaves the process's allocator alone.
+
+    numpy's OpenBLAS, which tracekit never calls, runs on one thread here: by default it starts a thread per core
+    when numpy loads, which busy-waits for work for ~0.1 CPU s (`import numpy` alone: 0.17 against 0.06 CPU s), CPU
+    that the reader and DuckDB lose on a small machine.
     """
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         main()  # standalone: ends in SystemExit
     except SystemExit as exc:

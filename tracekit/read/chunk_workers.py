@@ -101,7 +101,8 @@ class Helper:
 
     def __init__(self):
         package_root = str(Path(__file__).resolve().parents[2])  # this tracekit, whatever the working directory
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        env = {"OPENBLAS_NUM_THREADS": "1",  # numpy's BLAS, unused here, would busy-wait a thread per core at import
+               **os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         self.process = subprocess.Popen([sys.executable, "-m", "tracekit.read.chunk_workers"], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
