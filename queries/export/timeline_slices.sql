@@ -60,5 +60,7 @@ select rank, id, ts, end_ns, process, process_order, process || ' · ' || track_
        || ',"args":' || case when args is null or regexp_matches(args, '^\s*\{\s*\}\s*$') then format('{{"rank":{}}}', rank)
                              else regexp_replace(args, '\}\s*$', format(',"rank":{}}}', rank)) end as body,
        base_ns
-from (select *, min(ts) over () as base_ns from placed)
+-- the earliest start as a scalar joined to every row: `min(ts) over ()` gathered every slice's columns into one
+-- window partition first (MI300X resnet x4: 0.50 s and +416 MB for this query, against 0.36 s and +72 MB)
+from placed cross join (select min(ts) as base_ns from selected)
 order by process_order, track_order, track_key, ts, end_ns desc, id
