@@ -20,6 +20,8 @@ Every join key includes rank, so merged multi-rank input (whose correlation ids 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,10 +45,13 @@ LINK_RESULTS = ("launch_edges", "stream_edges", "unlinked_launches", "sync_edge_
 def build_edges(tables: TraceTables) -> TraceTables:
     """Tables with `edges` filled (nest, launch, stream, sync, sync_inferred, stream_wait_inferred,
     thread_wait_inferred, flow) and what could not be linked in `diagnostics`."""
-    nest, nest_notes = nest_edges(tables.events)
-    with tables.connect() as con:
-        # each pass after the passes whose results it reads (their `inputs:` headers), each computed once
-        made = catalog.run_stage(con, [f"link/{name}" for name in LINK_RESULTS])
+    # the nest pass (numpy and Arrow, which release the GIL) runs beside the SQL passes, which do not read it
+    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-nest") as pool:
+        nesting = pool.submit(nest_edges, tables.events)
+        with tables.connect() as con:
+            # each pass after the passes whose results it reads (their `inputs:` headers), each computed once
+            made = catalog.run_stage(con, [f"link/{name}" for name in LINK_RESULTS])
+        nest, nest_notes = nesting.result()
     launch, stream, sync, sync_inferred, stream_wait_inferred, thread_wait_inferred, flow = (
         made[name] for name in ("launch_edges", "stream_edges", "sync_edge_pairs", "sync_inferred_edges",
                                 "stream_wait_inferred_edges", "thread_wait_inferred_edges", "flow_edges"))
