@@ -75,6 +75,8 @@ def test_a_command_leaves_out_what_it_does_not_use(tmp_path, trace, args, not_lo
     assert not not_loaded & loaded
 
 
+# OpenBLAS's own count of its threads, as numpy's wheels name it (scipy-openblas since numpy 2.0; 64-bit ints before)
+BLAS_THREAD_COUNTS = ('scipy_openblas_get_num_threads64_', 'openblas_get_num_threads64_', 'openblas_get_num_threads')
 # From an exit handler: the threads numpy's OpenBLAS runs on, as the library itself says (None: numpy not loaded,
 # or built on another BLAS)
 BLAS_THREADS = ("import atexit, ctypes, json, runpy, sys\n"
@@ -82,7 +84,7 @@ BLAS_THREADS = ("import atexit, ctypes, json, runpy, sys\n"
                 "def blas_threads():\n"
                 "    libs = {line.split()[-1] for line in open('/proc/self/maps') if 'openblas' in line}\n"
                 "    for lib in libs:\n"
-                "        for name in ('scipy_openblas_get_num_threads64_', 'openblas_get_num_threads'):\n"
+                f"        for name in {BLAS_THREAD_COUNTS!r}:\n"
                 "            if hasattr(ctypes.CDLL(lib), name):\n"
                 "                return getattr(ctypes.CDLL(lib), name)()\n"
                 "atexit.register(lambda: open(out, 'w').write(json.dumps(blas_threads())))\n"
