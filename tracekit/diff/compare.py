@@ -73,14 +73,18 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
     stepwise_failures: dict[str, str] = {}
     # the per-step analyses run on their own connection beside the others: each run leaves a core idle while its
     # last analyses end (V100 pair 3.92 -> 3.50 s, peak 412 -> 475 MB: both runs' tables live together;
-    # bench/RESULTS.md)
-    with catalog.connect(tables, materialize=True) as con, ThreadPoolExecutor(1) as pool:
-        with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise))
-        stepwise = [] if with_steps is None else stepwise
-        beside = pool.submit(whole_and_per_step, *with_steps, stepwise, stepwise_failures) if with_steps else None
-        results = analyses.run_all(tables, [n for n in names if n not in stepwise], failures, con=con)
+    # bench/RESULTS.md). An error or Ctrl-C here does not wait for them: the program ends without them.
+    pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-steps")
+    try:
+        with catalog.connect(tables, materialize=True) as con:
+            with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise))
+            stepwise = [] if with_steps is None else stepwise
+            beside = pool.submit(whole_and_per_step, *with_steps, stepwise, stepwise_failures) if with_steps else None
+            results = analyses.run_all(tables, [n for n in names if n not in stepwise], failures, con=con)
         if beside is not None:
             whole, per_step = beside.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     failures.update(stepwise_failures)
     if with_steps is None:
         return SidePart(results, failures=failures, run_info=run_info(tables))
