@@ -11,8 +11,10 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,3 +217,30 @@ def test_odd_query_arguments_answer(name, good_trace):
     result = CliRunner().invoke(main, ["sql", query, str(good_trace), "--format", "csv"])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["n", str(kernels)]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT") or sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_during_a_query_ends_in_aborted_not_a_traceback(good_trace, tmp_path):
+    # DuckDB turns a Ctrl-C that arrives while it runs a query into the query's error ("Query interrupted"): the
+    # program reports it as click reports a Ctrl-C anywhere else. The query runs for hours; the trace is read in well
+    # under the 3 s before the signal (and a Ctrl-C that came earlier must end the same way).
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit.cli", "sql", "select sum(range) from range(1000000000000)",
+                             str(good_trace)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert err.strip().splitlines()[-1] == "Aborted!"
+    assert "Traceback" not in err
+
+
+def test_an_error_without_ctrl_c_still_shows_its_traceback(tmp_path):
+    # the Ctrl-C rule swallows nothing else: a bug still surfaces whole
+    code = ("import sys; from tracekit.cli import app\n"
+            "def broken(): raise RuntimeError('Query interrupted')\n"
+            "app.main = broken; app.run()\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "RuntimeError: Query interrupted" in proc.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -99,13 +100,29 @@ def run() -> None:
     numpy's OpenBLAS, which tracekit never calls, runs on one thread here: by default it starts a thread per core
     when numpy loads, which busy-waits for work for ~0.1 CPU s (`import numpy` alone: 0.17 against 0.06 CPU s), CPU
     that the reader and DuckDB lose on a small machine.
+
+    Ctrl-C ends the program with "Aborted!" and exit code 1 wherever it lands, as click does outside DuckDB.
     """
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    interrupted = threading.Event()
+
+    def on_interrupt(signum, frame):
+        interrupted.set()
+        signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without this handler
+
+    signal.signal(signal.SIGINT, on_interrupt)
     try:
         main()  # standalone: ends in SystemExit
     except SystemExit as exc:
         code = exc.code
+    except Exception:
+        # Ctrl-C during a DuckDB query reaches us as the query's error ("Query interrupted", or a registered
+        # table's scan failing on KeyboardInterrupt), not as the KeyboardInterrupt click reports as "Aborted!"
+        if not interrupted.is_set():
+            raise
+        click.echo("Aborted!", err=True)
+        code = 1
     else:
         code = 0
     if not isinstance(code, (int, type(None))):  # sys.exit("message"): printed, exit code 1, as Python does
