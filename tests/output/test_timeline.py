@@ -13,6 +13,8 @@ from collections import defaultdict
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import shared_trace
 from tracekit import synth
@@ -141,9 +143,35 @@ def same_events(original, round_trip):
 
 def test_sub_tracks_keep_nesting_and_split_overlaps():
     # nests: a child inside; a slice crossing its parent's end goes to a second sub-track
-    assert sub_track_of([(0, 10, True), (2, 5, True), (6, 12, True), (12, 13, True)]) == [0, 0, 1, 0]
+    assert sub_track_of([0, 2, 6, 12], [10, 5, 12, 13], nests=True) == [0, 0, 1, 0]
     # GPU: nothing nests, a slice starting at another's end shares its sub-track
-    assert sub_track_of([(0, 10, False), (2, 5, False), (5, 7, False), (10, 11, False)]) == [0, 1, 1, 0]
+    assert sub_track_of([0, 2, 5, 10], [10, 5, 7, 11], nests=False) == [0, 1, 1, 0]
+
+
+def reference_sub_tracks(rows: list[tuple[int, int]], nests: bool) -> list[int]:
+    """The rule as stated, slice by slice: the first sub-track whose open slices have all ended by the slice's start
+    or (nesting) whose innermost still open slice contains it; else a new one."""
+    tracks: list[list[tuple[int, int]]] = []  # the slices placed on each sub-track so far
+    placed = []
+    for ts, end in rows:
+        for lane, slices in enumerate(tracks):
+            still_open = [(s, e) for s, e in slices if e > ts]
+            innermost = max(still_open, key=lambda se: (se[0], -se[1]), default=None)
+            if innermost is None or (nests and end <= innermost[1]):
+                break
+        else:
+            lane = len(tracks)
+            tracks.append([])
+        tracks[lane].append((ts, end))
+        placed.append(lane)
+    return placed
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 25)), max_size=40), st.booleans())
+def test_sub_tracks_follow_the_rule_on_any_slices(spans, nests):
+    rows = sorted(((ts, ts + length) for ts, length in spans), key=lambda row: (row[0], -row[1]))
+    assert sub_track_of([ts for ts, _ in rows], [end for _, end in rows], nests) == reference_sub_tracks(rows, nests)
 
 
 def test_round_trip_synth_all_ranks(tmp_path):

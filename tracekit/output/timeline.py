@@ -43,23 +43,33 @@ class TimelineSummary:
     flows_left_out: int = 0  # arrows no forward pair of points inside their slices could draw (not written)
 
 
-def sub_track_of(rows: list[tuple[int, int, bool]]) -> list[int]:
-    """The sub-track of each slice of one track, rows (ts, end, nests) in (ts, end desc) order: the first sub-track
-    where the slice starts after everything open has ended, or (where slices nest) fits inside the innermost open
-    slice."""
-    open_ends: list[list[int]] = []
-    placed = []
-    for ts, end, nests in rows:
-        for lane, stack in enumerate(open_ends):
+def sub_track_of(starts: list[int], ends: list[int], nests: bool) -> list[int]:
+    """The sub-track of each slice of one track, STARTS and ENDS in (ts, end desc) order: the first sub-track where
+    the slice starts after everything open has ended, or (where slices NEST, on CPU threads) fits inside the
+    innermost open slice. The first sub-track is tried inline: nearly every slice lands there (MI300X resnet x4:
+    0.08 -> 0.035 s for its 197k slices, with the columns taken as lists rather than iterated)."""
+    open_ends: list[list[int]] = [[]]  # each sub-track's open slices' ends, innermost last
+    first = open_ends[0]
+    placed: list[int] = []
+    place = placed.append
+    for ts, end in zip(starts, ends):
+        while first and first[-1] <= ts:
+            first.pop()
+        if not first or (nests and end <= first[-1]):
+            first.append(end)
+            place(0)
+            continue
+        for lane in range(1, len(open_ends)):
+            stack = open_ends[lane]
             while stack and stack[-1] <= ts:
                 stack.pop()
             if not stack or (nests and end <= stack[-1]):
                 stack.append(end)
-                placed.append(lane)
+                place(lane)
                 break
         else:
             open_ends.append([end])
-            placed.append(len(open_ends) - 1)
+            place(len(open_ends) - 1)
     return placed
 
 
@@ -98,7 +108,7 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
         # sub-tracks: one sweep per track, in the query's order
         lanes = []
         for _, group in slices.group_by(["process_order", "track_order", "track_key"], maintain_order=True):
-            lanes += sub_track_of(list(zip(group["ts"], group["end_ns"], group["nests"])))
+            lanes += sub_track_of(group["ts"].to_list(), group["end_ns"].to_list(), group["nests"][0])
         slices = slices.with_columns(lane=pl.Series(lanes, dtype=pl.Int64))
         path_rows = pl.DataFrame()
         if critical_path:
@@ -125,8 +135,8 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
                        .sort("rank", "window_start_ns", pl.col("window_end_ns"), descending=[False, False, True]))
             window_lanes = []
             for _, group in windows.group_by("rank", maintain_order=True):
-                window_lanes += sub_track_of([(ts, end, False) for ts, end in
-                                              zip(group["window_start_ns"], group["window_end_ns"])])
+                window_lanes += sub_track_of(group["window_start_ns"].to_list(), group["window_end_ns"].to_list(),
+                                             nests=False)
             windows = windows.with_columns(tid=pl.Series(window_lanes, dtype=pl.Int64) + 1)
             path_rows = path_rows.join(
                 processes.select(pl.col("process"), pl.col("pid")),
