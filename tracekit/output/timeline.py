@@ -46,30 +46,21 @@ class TimelineSummary:
 def sub_track_of(starts: list[int], ends: list[int], nests: bool) -> list[int]:
     """The sub-track of each slice of one track, STARTS and ENDS in (ts, end desc) order: the first sub-track where
     the slice starts after everything open has ended, or (where slices NEST, on CPU threads) fits inside the
-    innermost open slice. The first sub-track is tried inline: nearly every slice lands there (MI300X resnet x4:
-    0.08 -> 0.035 s for its 197k slices, with the columns taken as lists rather than iterated)."""
-    open_ends: list[list[int]] = [[]]  # each sub-track's open slices' ends, innermost last
-    first = open_ends[0]
-    placed: list[int] = []
-    place = placed.append
+    innermost open slice. The columns come as lists: iterating Polars series made the sweep of MI300X resnet x4's
+    197k slices 0.08 s instead of 0.036 s."""
+    open_ends: list[list[int]] = []  # each sub-track's open slices' ends, innermost last
+    placed = []
     for ts, end in zip(starts, ends):
-        while first and first[-1] <= ts:
-            first.pop()
-        if not first or (nests and end <= first[-1]):
-            first.append(end)
-            place(0)
-            continue
-        for lane in range(1, len(open_ends)):
-            stack = open_ends[lane]
+        for lane, stack in enumerate(open_ends):
             while stack and stack[-1] <= ts:
                 stack.pop()
             if not stack or (nests and end <= stack[-1]):
                 stack.append(end)
-                place(lane)
+                placed.append(lane)
                 break
         else:
             open_ends.append([end])
-            place(len(open_ends) - 1)
+            placed.append(len(open_ends) - 1)
     return placed
 
 
