@@ -85,7 +85,7 @@ def run_into(con: duckdb.DuckDBPyConnection, name: str, results: dict[str, pl.Da
     failed = {} if failures is None else failures
     for step in steps_of([name], results, failed, failures is not None):
         if step not in failed:
-            run_step(con, step, results, failed, failures is not None)
+            run_step(con, step, results, failed, failures is not None, keep=step == name)
     return results.get(name)
 
 
@@ -106,9 +106,10 @@ def steps_of(names: list[str], results: dict[str, pl.DataFrame], failed: dict[st
 
 
 def run_step(con: duckdb.DuckDBPyConnection, step: str, results: dict[str, pl.DataFrame], failed: dict[str, str],
-             record: bool) -> None:
-    """Run analysis STEP on `con` (the analyses it reads have run) into RESULTS; with `record`, an error (or a
-    failed input) is recorded in FAILED as one line instead of raised."""
+             record: bool, keep: bool = True) -> None:
+    """Run analysis STEP on `con` (the analyses it reads have run) into a table of its name, and with `keep` into
+    RESULTS as well; with `record`, an error (or a failed input) is recorded in FAILED as one line instead of
+    raised."""
     try:
         for dep in analysis_inputs(step):
             if dep in failed:
@@ -116,7 +117,10 @@ def run_step(con: duckdb.DuckDBPyConnection, step: str, results: dict[str, pl.Da
         # kept in a table of its name, which the analyses after it read: `con.sql(query).pl()` would bind the
         # query twice (once for the relation's schema, once to run it), ~0.1 CPU s of a report's analyses
         con.execute(f"create or replace table {step} as {ready(con, step)}")
-        results[step] = con.table(step).pl()
+        # only what the caller asked for leaves DuckDB: an analysis that only others read stays a table (the
+        # critical path's 297k segments of a 53 MB inference trace: 0.16 s and +87 MB as a Polars frame)
+        if keep:
+            results[step] = con.table(step).pl()
     except (LookupError, duckdb.Error) as exc:
         if not record:
             raise
@@ -155,11 +159,12 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
         con.register(name, table)
     done = (lambda step: progress(step) if step in wanted else None) if progress else (lambda step: None)
     workers = connection.query_workers(threads)
+    kept = set(wanted)
     if workers > 1 and len(steps) > 1:
-        run_concurrently(con, tables, bound, steps, results, failed, failures is not None, workers, done)
+        run_concurrently(con, tables, bound, steps, kept, results, failed, failures is not None, workers, done)
     else:
         for step in steps:
-            run_step(con, step, results, failed, failures is not None)
+            run_step(con, step, results, failed, failures is not None, keep=step in kept)
             done(step)
     if failures is not None:  # in the order the analyses run one at a time
         failures.update({name: failed[name] for name in order if name in failed})
@@ -167,13 +172,13 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
 
 
 def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound: dict, steps: list[str],
-                     results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool, workers: int,
-                     done) -> None:
-    """Run analyses STEPS (in `steps_of` order, none failed yet) on WORKERS cursors of `con`'s database at once
-    (TABLES and the given results BOUND registered on each): each after the analyses it reads and the shared
-    tables it calls (a node `macro:NAME` each, computed once), `done(step)` called here as each analysis ends. A
-    node that runs out of memory beside others runs again alone once the others end (the memory limit is the
-    database's)."""
+                     kept: set[str], results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool,
+                     workers: int, done) -> None:
+    """Run analyses STEPS (in `steps_of` order, none failed yet; those in KEPT into RESULTS, as `run_step`) on
+    WORKERS cursors of `con`'s database at once (TABLES and the given results BOUND registered on each): each
+    after the analyses it reads and the shared tables it calls (a node `macro:NAME` each, computed once),
+    `done(step)` called here as each analysis ends. A node that runs out of memory beside others runs again alone
+    once the others end (the memory limit is the database's)."""
     needs = {step: {f"macro:{m}" for m in catalog.shared_tables(con, catalog.query_macros(step))}
              | {dep for dep in analysis_inputs(step) if dep in steps} for step in steps}
     # a step's shared tables include those they read (`shared_tables` follows the calls): each waits for those
@@ -193,7 +198,7 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
             if stopping.is_set():  # an interrupt reaches only the queries already running
                 raise duckdb.InterruptException(f"{node}: not started, the run is stopping")
             if node in steps:
-                run_step(cur, node, results, failed, record=False)
+                run_step(cur, node, results, failed, record=False, keep=node in kept)
             else:
                 catalog.materialize_macro(cur, node.removeprefix("macro:"))
         finally:
