@@ -1,6 +1,7 @@
 -- question: Over all steps of a rank, how much of the critical path is CPU, launch, GPU compute, communication,
 --   copies, memsets, gaps, sync waits and idle?
--- inputs: critical_path
+-- inputs: events, edges, graph_kernels
+-- includes: lib/critical_path
 -- columns:
 --   rank: rank
 --   category: cpu, sync_wait, launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle (see
@@ -13,6 +14,6 @@
 select rank, category, sum(duration_ns) / 1e6 as time_ms,
        100.0 * sum(duration_ns) / sum(sum(duration_ns)) over (partition by rank) as percent,
        count(*) as segments
-from critical_path
+from step_critical_paths()
 group by rank, category
 order by rank, sum(duration_ns) desc, category

@@ -1,6 +1,7 @@
 -- question: For each step, how long was it and how did its critical path split across categories (one line
 --   per step)?
--- inputs: critical_path
+-- inputs: events, edges, graph_kernels
+-- includes: lib/critical_path
 -- columns:
 --   rank: rank
 --   step: N of ProfilerStep#N (null: the whole trace of a rank without steps)
@@ -29,6 +30,6 @@ select rank, step, any_value(window_end_ns - window_start_ns) / 1e6 as window_ms
        coalesce(sum(duration_ns) filter (category = 'idle'), 0) / 1e6 as idle_ms,
        100.0 * coalesce(sum(duration_ns) filter (category in ('compute', 'communication', 'memcpy', 'memset')), 0)
            / nullif(any_value(window_end_ns - window_start_ns), 0) as gpu_percent
-from critical_path
+from step_critical_paths()
 group by rank, step, window_start_ns
 order by rank, window_start_ns

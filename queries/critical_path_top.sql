@@ -1,5 +1,6 @@
 -- question: Which ops and kernels carry the most time on the critical path, and how often are they on it?
--- inputs: critical_path
+-- inputs: events, edges, graph_kernels
+-- includes: lib/critical_path
 -- columns:
 --   rank: rank
 --   name: event name (the 50 longest per rank; "(other events)" sums the rest; "(no event)" is idle time
@@ -15,13 +16,22 @@
 --   steps: steps (windows) in which the name is on the path
 -- notes: Bounded: at most 51 rows per rank (the rest in "(other events)"), whatever the trace's
 --   length. The full path, segment by segment, is the critical_path analysis (`tracekit sql`, `tracekit run`).
-with by_name as (
+with
+-- the segments summed per event first, its name looked up then: far fewer rows than segments (an inference trace
+-- whose path runs through every Python frame: 297k segments)
+by_event as (
+    select rank, event_id, category, window_start_ns, sum(duration_ns) as time_ns, count(*) as segments
+    from step_critical_paths()
+    group by all
+),
+by_name as (
     -- ProfilerStep#N are one name: the step annotations' own time
-    select rank, regexp_replace(coalesce(name, '(no event)'), '^ProfilerStep#\d+$', 'ProfilerStep#N') as name,
-           kind, category,
-           sum(duration_ns) as time_ns, count(*) as segments, count(distinct event_id) as events,
-           count(distinct window_start_ns) as steps
-    from critical_path
+    select p.rank, regexp_replace(coalesce(e.name, '(no event)'), '^ProfilerStep#\d+$', 'ProfilerStep#N') as name,
+           e.kind, p.category,
+           sum(p.time_ns) as time_ns, sum(p.segments) as segments, count(distinct p.event_id) as events,
+           count(distinct p.window_start_ns) as steps
+    from by_event p
+    left join events e on e.rank = p.rank and e.id = p.event_id
     group by all
 ),
 ranked as (

@@ -1,6 +1,6 @@
--- about: the critical path of time windows (table macro), shared by critical_path and critical_path_summary.
+-- about: the critical path of time windows (table macros), shared by critical_path and the analyses that sum it.
 -- inputs: events, edges
--- includes: lib/categories
+-- includes: lib/categories, lib/steps
 -- macros:
 --   critical_path_segments(windows): for each window of the relation named `windows` (rank, window_id,
 --     start_ns, end_ns), the chain of events that bounds it, as segments that tile the window exactly:
@@ -8,6 +8,10 @@
 --     launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle), carried_by (cpu or gpu: where
 --     the event that owns the segment ran; null for idle), inferred (true: a wait after the GPU op an inferred
 --     edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns, duration_ns.
+--   step_critical_paths(): the segments of each step's window (step_or_trace_windows(): the whole trace of a rank
+--     without steps; a window ends when its last work ends, GPU included), in no order, for the analyses that sum
+--     them: rank, step, window_id, event_id, category, inferred, start_ns, end_ns, duration_ns, window_start_ns,
+--     window_end_ns.
 -- notes:
 -- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
 -- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
@@ -50,7 +54,9 @@
 -- The Euler order needs each CPU event's last descendant, found one tree level per iteration.
 
 -- In five macros: the events, the call trees, the states, the lanes (these four independent of the windows), the
--- walk of each window. A connection that materializes the first four (catalog.SHARED_TABLE_MACROS) runs each as a
+-- walk of each window (_critical_path_walk; critical_path_segments numbers and names its segments, and
+-- step_critical_paths walks the step windows for the sums, which need neither: on a 53 MB inference trace whose
+-- path runs through 297k segments, the sort and the names were 0.17 of its 0.46 CPU s). A connection that materializes the first four (catalog.SHARED_TABLE_MACROS) runs each as a
 -- statement of its own, whose sorts and joins are freed before the next one starts (in one statement they set a
 -- report's peak memory, bench/RESULTS.md); elsewhere they expand into one. A CTE that only reads one of them is
 -- `not materialized`: DuckDB materializes a CTE read more than once, which copied the shared table (the lanes of
@@ -300,7 +306,8 @@ create or replace macro _critical_path_lanes() as table
     from lanes l
     left join targets t on t.rank = l.rank and t.state = l.state;
 
-create or replace macro critical_path_segments(windows) as table
+-- _critical_path_walk(windows): the segments of critical_path_segments, without position, kind, name and carried_by
+create or replace macro _critical_path_walk(windows) as table
     with recursive
     cp_windows as materialized (
         select rank, window_id, start_ns, end_ns from query_table(windows)
@@ -394,14 +401,27 @@ create or replace macro critical_path_segments(windows) as table
         select rank, window_id, null, 'idle', false, coalesce(first_end, window_start), window_end
         from cp_starts
     )
-    select s.rank, s.window_id, s.position, s.segment_event as event_id, e.kind, e.name, s.category,
+    select rank, window_id, segment_event as event_id, category, inferred, start_ns, end_ns,
+           end_ns - start_ns as duration_ns
+    from cp_segments
+    where end_ns > start_ns;
+
+create or replace macro critical_path_segments(windows) as table
+    select s.rank, s.window_id, s.position, s.event_id, e.kind, e.name, s.category,
            case when s.category = 'idle' then null when e.kind in ('kernel', 'memcpy', 'memset') then 'gpu'
                 else 'cpu' end as carried_by,
-           s.inferred,
-           s.start_ns, s.end_ns, s.end_ns - s.start_ns as duration_ns
+           s.inferred, s.start_ns, s.end_ns, s.duration_ns
     from (
         select *, row_number() over (partition by rank, window_id order by start_ns, end_ns) as position
-        from cp_segments
-        where end_ns > start_ns
+        from _critical_path_walk(windows)
     ) s
-    left join events e on e.rank = s.rank and e.id = s.segment_event;
+    left join events e on e.rank = s.rank and e.id = s.event_id;
+
+create or replace macro step_critical_paths() as table
+    with windows as materialized (
+        select rank, window_id, step, start_ns, work_end_ns as end_ns from step_or_trace_windows()
+    )
+    select p.rank, w.step, p.window_id, p.event_id, p.category, p.inferred, p.start_ns, p.end_ns, p.duration_ns,
+           w.start_ns as window_start_ns, w.end_ns as window_end_ns
+    from _critical_path_walk('windows') p
+    join windows w on w.rank = p.rank and w.window_id = p.window_id;

@@ -458,7 +458,7 @@ def analysis_order(name: str) -> list[str]:
 SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
                        "step_windows", "step_metrics", "steady_steps", "step_or_trace_windows", "rank_devices",
                        "_critical_path_events", "_critical_path_calls",
-                       "_critical_path_states", "_critical_path_lanes")
+                       "_critical_path_states", "_critical_path_lanes", "step_critical_paths")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
