@@ -1,4 +1,5 @@
-"""The bench suite: every command on the shared real traces, each run a fresh process, one Markdown table per command.
+"""The bench suite: every command on real traces (bench/recorded's and the shared ones), each run a fresh process, one
+Markdown table per command.
 
     python bench/run.py COMMAND ... [--repeat 3] [--traces NAME ...] [--baseline DIR] [--tracelens BIN]
 
@@ -13,8 +14,8 @@ COMMAND (any of; `all` = every one but same-bytes):
               the peak RSS after each stage and how much each analysis raised it (with `--baseline`, the
               baseline's in the same rotation: the slowest analyses and the report's peak, before and after)
   timeline    `tracekit timeline` against `tracekit ingest` (and the baseline's timeline with `--baseline`)
-  diff        `tracekit diff` of two shared pairs (V100 workers0/workers4, H100/MI300X Qwen) against loading each run
-              (and the baseline's diff with `--baseline`)
+  diff        `tracekit diff` of three pairs (V100 workers0/workers4, H100/MI300X Qwen, two SD3.5 captures) against
+              loading each run (and the baseline's diff with `--baseline`)
   sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
               `tracekit run kernel_summary`, against a load
   exports     the other commands that read a trace: `export chakra`, `replay` (the whole trace, and its first
@@ -47,16 +48,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import REPO, SHARED, alternate, median, run_fresh, table, tracekit_cmd  # noqa: E402
+from measure import REPO, SHARED, alternate, median, run_fresh, table, trace_path, tracekit_cmd  # noqa: E402
 
-# the largest shared traces TraceLens reads: the vLLM decode trace (32.5 MB of JSON, Python frames and a HIP graph
-# capture, like the serving traces issue 27 names) and the four largest training and inference traces after it
-TRACES = ["amd/mi300x_vllm_decode_graph_capture.json.gz", "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
+# the stand-ins for issue 27's held-out OWLv2 and SD3.5 inference traces (bench/recorded), then the largest shared
+# traces TraceLens reads: the vLLM decode trace (32.5 MB of JSON, Python frames and a HIP graph capture, like the
+# serving traces issue 27 names) and the four largest training and inference traces after it
+TRACES = ["recorded/owlv2.json.gz", "recorded/sd35_a.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz", "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
           "et_pairs/rtx2080ti_linear/kineto.json.gz", "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
           "nvidia/h100_qwen1.5-0.5b.json.gz"]
 DIFF_PAIRS = [("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
                "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz"),
-              ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz")]
+              ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz"),
+              ("recorded/sd35_a.json.gz", "recorded/sd35_b.json.gz")]
 SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "multirank/dlrm_8ranks_v100",
                               "nvidia/h100_bert-small.json.gz", "et_pairs/cpu_torch2.13_single",
                               "et_pairs/a100_simple_add"]
@@ -90,7 +93,7 @@ class Bench:
     def __init__(self, args):
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="tracekit-bench-"))
-        self.traces = [SHARED / name for name in args.traces]
+        self.traces = [trace_path(name) for name in args.traces]
         missing = [str(t) for t in self.traces if not t.exists()]
         if missing:
             raise SystemExit(f"not found: {', '.join(missing)} (the shared traces: {SHARED})")
@@ -281,7 +284,7 @@ class Bench:
                      + (", and the baseline's diff" if self.args.baseline else ""))
         rows = []
         for pair in DIFF_PAIRS:
-            a, b = (SHARED / p for p in pair)
+            a, b = (trace_path(p) for p in pair)
             commands = {"diff": self.tk("diff", str(a), str(b), "-o", self.out("diff.xlsx"), "--force"),
                         "load A": ([sys.executable, "-c", LOAD, str(a)], REPO),
                         "load B": ([sys.executable, "-c", LOAD, str(b)], REPO)}
@@ -351,7 +354,7 @@ class Bench:
         self.heading(f"same-bytes: every output of {REPO} against {self.args.baseline}")
         same = True
         for name in self.args.traces if self.args.traces != TRACES else SAME_BYTES_TRACES:
-            trace = SHARED / name
+            trace = trace_path(name)
             if not trace.exists():
                 continue
             step = first_step(trace, self.args.baseline)
@@ -480,7 +483,7 @@ def main() -> None:
     parser.add_argument("commands", nargs="+", choices=["all", "imports", "ingest", "report", "stages", "timeline",
                                                         "diff", "sql", "exports", "same-bytes"])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--traces", nargs="+", default=TRACES, help="paths under ../shared/traces")
+    parser.add_argument("--traces", nargs="+", default=TRACES, help="paths under ../shared/traces, or recorded/FILE: bench/recorded's")
     parser.add_argument("--baseline", type=lambda p: Path(p).resolve(), help="another tracekit checkout")
     parser.add_argument("--tracelens", type=Path, help="the bin folder of TraceLens's venv")
     args = parser.parse_args()
