@@ -487,19 +487,22 @@ def test_an_analysis_that_runs_out_of_memory_fails_alone(tmp_path, monkeypatch):
     # a list of 200M integers (1.6 GB) cannot be held under a 300 MB limit
     hungry = "select rank, len(list(range)) as n from (select 0 as rank) cross join range(200000000) group by rank"
     monkeypatch.setattr(catalog, "load_query", lambda name: replaced(real_load_query(name), sql=hungry)
-                        if name == "critical_path" else real_load_query(name))
+                        if name == "op_perf" else real_load_query(name))
     monkeypatch.setenv("TRACEKIT_MEMORY_LIMIT", "300MB")
     result = CliRunner().invoke(main, ["report", str(tmp_path / "trace" / "rank0.json"), "-o", str(tmp_path / "out")])
     assert result.exit_code == 3, result.output
     warnings_seen = [line for line in result.stderr.splitlines() if line.startswith("tracekit: warning: ")]
     # the analysis itself, then each that reads it, one line each
-    assert warnings_seen[0].startswith("tracekit: warning: analysis critical_path failed and was left out: Out of "
+    assert warnings_seen[0].startswith("tracekit: warning: analysis op_perf failed and was left out: Out of "
                                        "Memory Error"), result.stderr
-    assert all("needs critical_path, which failed" in line for line in warnings_seen[1:]), result.stderr
+    assert len(warnings_seen) == 2 and "roofline" in warnings_seen[1], result.stderr
+    assert all("needs op_perf, which failed" in line for line in warnings_seen[1:]), result.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["rank0.xlsx"]
     book = openpyxl.load_workbook(tmp_path / "out" / "rank0.xlsx", read_only=True)
     assert {"Overview", "GPU timeline", "Ops", "Kernels", "Steps"} <= set(book.sheetnames)
-    assert "Critical path" not in book.sheetnames
+    # without op_perf: none of its per-family sheets (Perf GEMM, ... on this trace); the Critical path's still there
+    assert not [name for name in book.sheetnames if name.startswith("Perf ")], book.sheetnames
+    assert "Critical path" in book.sheetnames
 
 
 def test_rank_workbook_sheets_grow_with_names_not_with_the_trace(tmp_path):
