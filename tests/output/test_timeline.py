@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import shared_trace
 from tracekit import synth
+from tracekit.analyses import run
 from tracekit.cli import main
 from tracekit.engine import catalog
 from tracekit.output.timeline import sub_track_of, write_timeline
@@ -267,3 +268,26 @@ def test_flow_check_catches_what_viewers_drop():
         check_flows_forward(slices, {(1, "launch", "launch"): flow(5.0, 2.0)})
     with pytest.raises(AssertionError, match="innermost"):
         check_flows_forward(slices, {(1, "launch", "launch"): flow(2.0, 3.0)})
+
+
+def test_path_flows_are_the_moves_between_tracks(tmp_path):
+    """Along the critical path an arrow joins two tracks (within a track the path's own track shows where it goes):
+    none starts and ends on one track, every move between a CPU thread and a GPU stream (from the critical_path
+    analysis's rows and the events' kinds, not from the file) has one, and none is drawn where the path stays on
+    one event."""
+    tables = load([shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz")])
+    out = tmp_path / "t.json.gz"
+    write_timeline(tables, out)
+    doc = check_file(read(out))
+    path_flows = [pair for flow, pair in doc["flows"].items() if flow[1] == "critical_path"]
+    assert path_flows
+    assert all((p["s"]["pid"], p["s"]["tid"]) != (p["f"]["pid"], p["f"]["tid"]) for p in path_flows)
+    moves = (run(tables, "critical_path").filter(pl.col("event_id").is_not_null())
+             .sort("rank", "step", "position")
+             .with_columns(on_gpu=pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+             .with_columns(next_event=pl.col("event_id").shift(-1).over("rank", "step"),
+                           next_on_gpu=pl.col("on_gpu").shift(-1).over("rank", "step"))
+             .filter(pl.col("next_event").is_not_null() & (pl.col("next_event") != pl.col("event_id"))))
+    between_cpu_and_gpu = moves.filter(pl.col("on_gpu") != pl.col("next_on_gpu")).height
+    assert between_cpu_and_gpu > 0
+    assert between_cpu_and_gpu <= len(path_flows) < moves.height

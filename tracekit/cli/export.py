@@ -62,7 +62,8 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
 @click.option("--step", type=int, default=None,
               help="Only training step N (ProfilerStep#N of each rank; its events as `run --step` selects them).")
 @click.option("--critical-path/--no-critical-path", default=True, show_default=True,
-              help="A 'rank R · critical path' track per rank, with flows along the path.")
+              help="A 'rank R · critical path' track per rank, with flows where the path moves from one track to "
+                   "another.")
 @click.option("--replayed", is_flag=True,
               help="The replay of the graph (`tracekit replay`, no what-if) instead of the measured times; processes "
                    "are labelled 'replayed'. For a what-if's timeline: `tracekit replay --scale ... -o FILE`.")

@@ -5,9 +5,9 @@ CPU threads and GPU streams are tracks named in full ("rank 3 · GPU 0 · stream
 that overlap on one track (Perfetto's JSON importer since v51), so a track whose slices overlap is spread over
 sub-tracks ("... · 2"): on CPU threads a slice may nest inside another, on GPU tracks slices must be disjoint.
 Launch and sync edges become flows whose ends sit inside their slices; with the critical path, a
-"rank R · critical path" process holds its segments (titled by category and event), and flows follow the path from
-event to event. Every flow runs forward in time, from the end of one piece of work to the start of the next
-(Catapult drops a flow whose end precedes its start: `flow_slice_ordering_error`).
+"rank R · critical path" process holds its segments (titled by category and event), and flows follow the path where
+it moves from one track to another. Every flow runs forward in time, from the end of one piece of work to the start
+of the next (Catapult drops a flow whose end precedes its start: `flow_slice_ordering_error`).
 
 What is shown and how it is written is SQL (queries/export/timeline_*.sql); this module assigns sub-tracks (a
 sweep in time order, which SQL cannot express as a join) and numbers processes, tracks and flows. Other writers
