@@ -290,7 +290,8 @@ create or replace macro _critical_path_lanes() as table
         select * exclude (lane_pred), next_state is null or next_state is distinct from lane_pred as is_jump
         from (
             select rank, lane, state, next_state, segment_event, category, inferred, tau,
-                   row_number() over lane_order as pos, lag(state) over lane_order as lane_pred
+                   row_number() over lane_order as pos, lag(state) over lane_order as lane_pred,
+                   lag(tau) over lane_order as prev_tau
             from _critical_path_states()
             window lane_order as (partition by rank, lane order by tau, k1, k2, k3)
         )
@@ -370,27 +371,31 @@ create or replace macro _critical_path_walk(windows) as table
         asof left join (select rank, lane, tau, pos from cp_lanes) c
             on c.rank = w.rank and c.lane = w.lane and w.window_start <= c.tau
     ),
-    -- the runs expanded into their states, in walk order; the cursor at each state is the running minimum of
-    -- the states' times (clamped at the window start), and each state's step covers [next cursor, its cursor)
-    cp_path as (
-        select w.rank, w.window_id, w.window_start, w.iteration, w.lane,
-               unnest(range(w.top_pos, greatest(w.bottom_pos, coalesce(c.cut_pos, w.top_pos + 1)) - 1, -1)) as pos
+    -- the runs expanded into their states, in walk order, down to the cut (low_pos); the cursor at each state is the
+    -- running minimum of the states' times (clamped at the window start), and each state's step covers [next
+    -- cursor, its cursor). A run's cursor (cp_walk) is that minimum at its top, and a lane's times fall going
+    -- down it: so the cursor at a state is the lesser of its run's and its time, and the next state's (next
+    -- cursor) that of the state below, or at a run's last state the next run's cursor (no sort of the states in
+    -- walk order: SD3.5 inference, 297k states on the path, 0.09 s)
+    cp_runs as (
+        select w.*, lead(w.cursor) over (partition by w.rank, w.window_id order by w.iteration) as next_run_cursor,
+               greatest(w.bottom_pos, coalesce(c.cut_pos, w.top_pos + 1)) as low_pos
         from cp_walk w
         left join cp_cuts c on c.rank = w.rank and c.window_id = w.window_id and c.lane = w.lane
         where w.cursor > w.window_start
     ),
-    -- the cursor at each state and at the next one (where its step starts): one sort for both
+    cp_path as (
+        select rank, window_id, window_start, lane, cursor, next_run_cursor, low_pos,
+               unnest(range(top_pos, low_pos - 1, -1)) as pos
+        from cp_runs
+    ),
     cp_cursors as (
         select p.rank, p.window_id, p.window_start, s.segment_event, s.category, s.inferred,
-               greatest(p.window_start, min(s.tau) over (walk_order rows between unbounded preceding and current row))
-                   as cursor,
-               if(lead(s.tau) over walk_order is null, null,
-                  greatest(p.window_start,
-                           min(s.tau) over (walk_order rows between unbounded preceding and 1 following)))
+               greatest(p.window_start, least(p.cursor, s.tau)) as cursor,
+               if(p.pos > p.low_pos, greatest(p.window_start, least(p.cursor, s.prev_tau)), p.next_run_cursor)
                    as next_cursor
         from cp_path p
         join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
-        window walk_order as (partition by p.rank, p.window_id order by p.iteration, p.pos desc)
     ),
     cp_segments as (
         select rank, window_id, segment_event, category, inferred, coalesce(next_cursor, window_start) as start_ns,
