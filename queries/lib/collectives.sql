@@ -82,7 +82,8 @@ create or replace macro collective_kernels() as table
                p.collective_name is not null or regexp_matches(p.name, '^(nccl|rccl|gloo):') as parent_found
         from edges n
         join events p on p.rank = n.rank and p.id = n.src
-        where n.kind = 'nest'
+        -- none where no kernel communicates: a trace without collectives skips this join (0.03 s, SD3.5 inference)
+        where n.kind = 'nest' and exists (from ck_kernels where call_id is not null)
     ),
     -- the launch call's enclosing events, nearest first, up to the first that says what the collective is: a
     -- record_param_comms (or c10d op) with collective args, or a `nccl:*` annotation (older traces)
