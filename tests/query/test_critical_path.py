@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 import tracekit
-from tests.conftest import shared_trace
+from tests.conftest import REPO, shared_trace
 from tracekit import synth
 from tracekit.engine import catalog
 from tracekit.link.edges import inferred_edges
@@ -28,6 +28,8 @@ TRACES = [
     "nvidia/v100_ns_resolution.json.gz",  # sub-µs improper nesting
     "nvidia/b200_eager_rank0of8.json.gz",  # kernels overlapping on one stream
     "multirank/dlrm_8ranks_v100",
+    # inference recorded with with_stack, no steps: a path through nearly every Python frame (279k segments)
+    REPO / "bench" / "recorded" / "sd35_a.json.gz",
 ]
 ALEXNET_WINDOW = "[param|pytorch.model.alex_net|0|0|0|measure|forward]"
 
@@ -215,6 +217,15 @@ def test_sheet_summaries_add_up_to_the_path_segment_by_segment(walked):
         shown = names.head(5)
         assert shown.select("name", "kind", "category").rows() == longest.select("name", "kind", "category").rows()
         assert [round(t * 1e6) for t in shown["time_ms"]] == longest["duration_ns"].to_list()
+        counted = (segments.with_columns(name=pl.col("name").fill_null("(no event)")
+                                         .str.replace(r"^ProfilerStep#\d+$", "ProfilerStep#N"))
+                   .group_by("name", "kind", "category")
+                   .agg(segments=pl.len(), events=pl.col("event_id").drop_nulls().n_unique(),
+                        steps=pl.col("window_start_ns").n_unique()))
+        rows = shown.join(counted, on=["name", "kind", "category"], nulls_equal=True, suffix="_expected")
+        assert rows.height == shown.height
+        for column in ("segments", "events", "steps"):
+            assert rows[column].to_list() == rows[f"{column}_expected"].to_list(), column
 
 
 def test_the_walk_fits_a_small_memory_limit(monkeypatch):
