@@ -9,9 +9,9 @@
 --     the event that owns the segment ran; null for idle), inferred (true: a wait after the GPU op an inferred
 --     edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns, duration_ns.
 --   step_critical_paths(): the segments of each step's window (step_or_trace_windows(): the whole trace of a rank
---     without steps; a window ends when its last work ends, GPU included), in no order, for the analyses that sum
---     them: rank, step, window_id, event_id, category, inferred, start_ns, end_ns, duration_ns, window_start_ns,
---     window_end_ns.
+--     without steps; a window ends when its last work ends, GPU included), in no order, with only what the analyses
+--     that sum them read (it is held for the connection's life: 297k rows on OWLv2): rank, step, event_id, category,
+--     duration_ns, window_start_ns, window_end_ns.
 -- notes:
 -- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
 -- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
@@ -426,7 +426,7 @@ create or replace macro step_critical_paths() as table
     with windows as materialized (
         select rank, window_id, step, start_ns, work_end_ns as end_ns from step_or_trace_windows()
     )
-    select p.rank, w.step, p.window_id, p.event_id, p.category, p.inferred, p.start_ns, p.end_ns, p.duration_ns,
-           w.start_ns as window_start_ns, w.end_ns as window_end_ns
+    select p.rank, w.step, p.event_id, p.category, p.duration_ns, w.start_ns as window_start_ns,
+           w.end_ns as window_end_ns
     from _critical_path_walk('windows') p
     join windows w on w.rank = p.rank and w.window_id = p.window_id;
