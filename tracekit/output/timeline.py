@@ -103,7 +103,7 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
         slices = slices.with_columns(lane=pl.Series(lanes, dtype=pl.Int64))
         path_rows = pl.DataFrame()
         if critical_path:
-            path_rows = path_result()
+            path_rows = path_result().drop("kind", "carried_by", "inferred", "duration_us")
             if step is not None:
                 path_rows = path_rows.filter(pl.col("step") == step)
         processes = pl.concat([
