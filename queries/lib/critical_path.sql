@@ -56,9 +56,10 @@
 -- In five macros: the events, the call trees, the states, the lanes (these four independent of the windows), the
 -- walk of each window (_critical_path_walk; critical_path_segments numbers and names its segments, and
 -- step_critical_paths walks the step windows for the sums, which need neither: on a 53 MB inference trace whose
--- path runs through 297k segments, the sort and the names were 0.17 of its 0.46 CPU s). A connection that materializes the first four (catalog.SHARED_TABLE_MACROS) runs each as a
--- statement of its own, whose sorts and joins are freed before the next one starts (in one statement they set a
--- report's peak memory, bench/RESULTS.md); elsewhere they expand into one. A CTE that only reads one of them is
+-- path runs through 297k segments, the sort and the names were 0.17 of its 0.46 CPU s). A connection that
+-- materializes the first four (catalog.SHARED_TABLE_MACROS) runs each as a statement of its own, whose sorts and
+-- joins are freed before the next one starts (in one statement they set a report's peak memory, bench/RESULTS.md);
+-- elsewhere they expand into one. A CTE that only reads one of them is
 -- `not materialized`: DuckDB materializes a CTE read more than once, which copied the shared table (the lanes of
 -- MI300X resnet x4, 393k rows: the critical path 0.57 -> 0.49 s, its peak 230 -> 180 MB). Only integer keys and
 -- times go through the sorts and joins; names and kinds are joined to the segments at the end.
