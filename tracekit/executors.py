@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tracekit.errors import InputError
+
+if TYPE_CHECKING:
+    from tracekit.read.chunk_workers import ChunkHelpers
 
 
 @dataclass(frozen=True)
@@ -23,10 +27,15 @@ class Lost:
 
 
 class InProcess:
-    """Every task in this process, one after the other (a single task over all the files: `pipeline.run_plan`)."""
+    """Every task in this process, one after the other (a single task over all the files: `pipeline.run_plan`);
+    its reads share large files' chunks with HELPERS when given (a command's, started before its imports with a
+    head start: tracekit/read/chunk_workers.py), else with helpers of their own."""
 
     in_process = True
     workers = 1
+
+    def __init__(self, helpers: ChunkHelpers | None = None):
+        self.helpers = helpers
 
     def map(self, function: Callable, calls: Sequence[tuple], names: Sequence[str] = ()) -> Iterator:
         return (function(*arguments) for arguments in calls)

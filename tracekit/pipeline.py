@@ -118,7 +118,8 @@ class Group:
 
 def read_group(files: list, rank: int | None = None, assigned: list[tuple[int, str]] | None = None,
                execution_traces: tuple = (), whole: bool = True, progress: Progress | None = None,
-               edges: bool = True, workers: int | None = None, as_ranks: bool = False) -> Group:
+               edges: bool = True, workers: int | None = None, as_ranks: bool = False,
+               helpers: ChunkHelpers | None = None) -> Group:
     """Read FILES, give each its rank (as `assigned`, else its own or `rank`), join and link their tables, then
     attach Execution Traces.
 
@@ -142,7 +143,7 @@ def read_group(files: list, rank: int | None = None, assigned: list[tuple[int, s
         if progress:
             progress(path, storage.size(path))
 
-    for i, (path, trace) in enumerate(zip(files, read_traces(files, workers))):
+    for i, (path, trace) in enumerate(zip(files, read_traces(files, workers, helpers))):
         if isinstance(trace, InputError):
             unread.append((path, str(trace)))
             outcomes[i] = FileOutcome(path, UNREADABLE, str(trace))
@@ -237,23 +238,26 @@ def linked(parts: list[FileTables], edges: bool = True, notes: pa.Table | None =
     return build_edges(tables) if edges else tables
 
 
-def read_traces(files: list[Path], workers: int | None = None) -> Iterator[TraceParts | InputError]:
+def read_traces(files: list[Path], workers: int | None = None, helpers: ChunkHelpers | None = None
+                ) -> Iterator[TraceParts | InputError]:
     """Each file read (ranks not applied yet), in order, or the InputError saying why it could not be: in this
-    process (a large file's chunks shared with helper processes on the spare CPUs: tracekit/read/chunk_workers.py),
-    or in `workers` processes.
+    process (a large file's chunks shared with helper processes on the spare CPUs, HELPERS when given:
+    tracekit/read/chunk_workers.py), or in `workers` processes.
 
     Not the default: on a 2-core machine, starting workers and pickling their tables back cost more than the
     parallelism saved, even for 4 files of 100 MB (bench/RESULTS.md).
     """
     if workers and workers > 1 and len(files) > 1:
         return _read_in_processes(files, min(workers, len(files)))
-    return _read_here(files)
+    return _read_here(files, helpers)
 
 
-def _read_here(files: list[Path]) -> Iterator[TraceParts | InputError]:
-    with ChunkHelpers() as helpers:  # the large files' chunks shared with helper processes, on the spare CPUs
+def _read_here(files: list[Path], helpers: ChunkHelpers | None = None) -> Iterator[TraceParts | InputError]:
+    # the large files' chunks shared with helper processes, on the spare CPUs: the caller's, else these; ended with
+    # the read either way (idle, each holds ~100 MB through the stages after it)
+    with helpers if helpers is not None else ChunkHelpers() as shared:
         for path in files:
-            yield read_or_error(path, helpers)
+            yield read_or_error(path, shared)
 
 
 def read_or_error(path: Path, helpers: ChunkHelpers | None = None) -> TraceParts | InputError:
@@ -323,7 +327,8 @@ def run_plan(inputs: Inputs | Iterable[str | Path], job: Callable, args: tuple =
         done = run_in_groups(inputs, *apart, job, args, executor, rank, as_ranks, progress)
         if done is not None:
             return done
-    task = (files, rank, None, (), True, as_ranks, inputs, job, args, progress if executor.in_process else None)
+    task = (files, rank, None, (), True, as_ranks, inputs, job, args) + (
+        (progress, executor.helpers) if executor.in_process else (None, None))
     (done,) = tasks_done(executor, [task], [files], None if executor.in_process else progress)
     if done.diagnostics is None:
         raise InputError(done.files[0].error)
@@ -387,11 +392,13 @@ def run_in_groups(inputs: Inputs, files: list, execution_traces: list, job: Call
 
 
 def files_task(files: list, rank: int | None, assigned: list | None, execution_traces: tuple, whole: bool,
-               as_ranks: bool, inputs: Inputs, job: Callable, args: tuple, progress: Progress | None) -> TaskDone:
-    """One task: FILES (some or all of INPUTS' files) read, ranked and linked (`read_group`), then JOB(tables,
-    *ARGS). The resolved INPUTS travel with every task, so what they carry besides the files reaches each one. A
-    task of the whole input refuses one with no events before the job's work."""
-    group = read_group(files, rank, assigned, execution_traces, whole, progress, as_ranks=as_ranks)
+               as_ranks: bool, inputs: Inputs, job: Callable, args: tuple, progress: Progress | None,
+               helpers: ChunkHelpers | None = None) -> TaskDone:
+    """One task: FILES (some or all of INPUTS' files) read, ranked and linked (`read_group`, its large files'
+    chunks shared with HELPERS when given), then JOB(tables, *ARGS). The resolved INPUTS travel with every task, so
+    what they carry besides the files reaches each one. A task of the whole input refuses one with no events before
+    the job's work."""
+    group = read_group(files, rank, assigned, execution_traces, whole, progress, as_ranks=as_ranks, helpers=helpers)
     tables = group.tables
     if tables is None:
         return TaskDone(group.files)

@@ -18,6 +18,7 @@ from typing import IO, Union
 Location = Union[Path, str]  # a local path, or a URL
 
 URL_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+GZIP_MAGIC = b"\x1f\x8b"  # a gzip file's first bytes
 
 
 def is_url(loc: object) -> bool:

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import time
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
@@ -206,3 +207,162 @@ def test_small_files_are_read_alone(tmp_path):
         assert helpers.for_file(path) == []
         read_trace(path, 1 << 12, helpers)
         assert helpers.started == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A head start: a helper reads the file on its own before the reader reaches it (`ChunkHelpers.head_start`)
+
+
+def begun(helpers: ChunkHelpers, seconds: float = 0.5) -> ChunkHelpers:
+    """HELPERS once their head start has begun, and SECONDS more (the helper makes chunks meanwhile)."""
+    deadline = time.monotonic() + 60
+    while not helpers.started[0].has_begun():
+        assert time.monotonic() < deadline, "the head start never began"
+        time.sleep(0.01)
+    time.sleep(seconds)
+    return helpers
+
+
+def read_ahead_of(path: Path, chunk_bytes: int, helpers: ChunkHelpers) -> tuple[TraceParts, int]:
+    """PATH read with HELPERS, and how many of its chunks the reader took from their head start."""
+    taken = []
+    made_ahead = helpers.made_ahead
+
+    def counted(*args):
+        for chunk in made_ahead(*args):
+            taken.append(chunk)
+            yield chunk
+
+    with mock.patch.object(helpers, "made_ahead", counted):
+        parts = read_trace(path, chunk_bytes, helpers)
+    return parts, len(taken)
+
+
+@pytest.mark.parametrize("relative", [
+    "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
+    "amd/mi300x_vllm_decode_graph_execution.json.gz",  # HIP graph replays, serving, no ProfilerStep
+    "nvidia/h100_bert-small.json.gz",  # keys after traceEvents
+    "legacy/resnet50_2020-12_bare_list.pt.trace.json.gz",  # a bare list of entries
+    "legacy/kineto_cuda_sync_before_fix.json",  # not gzip
+])
+def test_a_head_start_gives_the_tables_of_the_reader_alone(relative):
+    path = shared_trace(relative)
+    chunk_bytes = max(len(read_bytes(path)) // 40, 1 << 12)
+    alone = read_trace(path, chunk_bytes)
+    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([str(path)], chunk_bytes)) as helpers:
+        ahead, taken = read_ahead_of(path, chunk_bytes, helpers)
+    assert taken > 0  # chunks the helper made before the reader came, taken
+    assert_same_parts(ahead, alone)
+
+
+def test_a_cut_file_read_ahead_keeps_what_precedes_the_cut(tmp_path):
+    path = write_trace(tmp_path / "cut.json.gz", tricky_entries(3000), cut=0.6)
+    alone = read_trace(path, 1 << 14)
+    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14)) as helpers:
+        ahead, taken = read_ahead_of(path, 1 << 14, helpers)
+    assert taken > 0
+    assert "truncated" in ahead.entries.notes.column("reason").to_pylist()
+    assert_same_parts(ahead, alone)
+
+
+def test_a_file_changed_after_its_head_start_is_read_as_it_now_is(tmp_path):
+    path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
+    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14)) as helpers:
+        write_trace(path, tricky_entries(2500))  # another trace in its place
+        now, taken = read_ahead_of(path, 1 << 14, helpers)
+    assert taken == 0
+    assert_same_parts(now, read_trace(path, 1 << 14))
+
+
+def test_chunks_made_ahead_are_taken_only_while_they_match_the_readers(tmp_path):
+    """Chunks made ahead of another file (same cuts for the first, other bytes after): the reader takes the
+    matching ones and reads from the first that differs, with the ids a reader alone gives."""
+    from tracekit.read.columns import entry_tables
+    from tracekit.read.text import text_chunks
+
+    entries = tricky_entries(3000)
+    path = write_trace(tmp_path / "t.json.gz", entries)
+    other = write_trace(tmp_path / "o.json.gz", entries[:1500] + [{**e, "name": e.get("name", "") + "!"}
+                                                                    for e in entries[1500:]])
+    made = [(len(c), zlib.crc32(c), memoryview(chunk_workers.encoded(entry_tables("", c, 0))))
+            for c in text_chunks(other, 1 << 14)]
+    taken = []
+    with mock.patch.object(ChunkHelpers, "made_ahead", lambda *_: (taken.append(m) or m for m in made)), \
+            ChunkHelpers(0) as helpers:
+        parts = read_trace(path, 1 << 14, helpers)
+    assert 0 < len(taken) < len(made)
+    assert_same_parts(parts, read_trace(path, 1 << 14))
+
+
+def test_a_head_start_of_what_is_no_kineto_trace_leaves_the_reader_its_answer(tmp_path):
+    """The helper gives up where the file is no trace it can stream (an Execution Trace, text that is not JSON):
+    the reader reads as it would alone, and the helper then helps with the next file."""
+    not_json = tmp_path / "bad.json"
+    not_json.write_text('{"traceEvents": [{"ph": "X", "name": op5}]}')
+    execution_trace = shared_trace("et_pairs/rtx2080ti_linear/et.json.gz")
+    after = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
+    for path in (not_json, execution_trace):
+        with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14), 0.2) as helpers:
+            try:
+                alone = read_trace(path, 1 << 14)
+            except InputError as error:
+                with pytest.raises(InputError) as ahead:
+                    read_trace(path, 1 << 14, helpers)
+                assert str(ahead.value) == str(error)
+            else:
+                assert alone.is_execution_trace
+                assert read_trace(path, 1 << 14, helpers).top == alone.top
+            helped, made = helped_read(after, 1 << 14, helpers)
+        assert made > 0
+        assert_same_parts(helped, read_trace(after, 1 << 14))
+
+
+def test_a_head_start_the_reader_reaches_first_is_not_waited_for(tmp_path):
+    """A read that comes before the helper has begun (a caller with its imports done) takes nothing from it, and
+    shares the file's chunks with it as without a head start."""
+    path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
+    with ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14) as helpers:
+        assert not helpers.started[0].has_begun()  # a fresh interpreter: ~0.1 s before it reads a byte
+        ahead, taken = read_ahead_of(path, 1 << 14, helpers)
+        assert taken == 0
+        helped, made = helped_read(path, 1 << 14, helpers)
+    assert made > 0
+    assert_same_parts(ahead, read_trace(path, 1 << 14))
+    assert_same_parts(helped, read_trace(path, 1 << 14))
+
+
+def test_a_head_start_needs_a_large_local_file(tmp_path):
+    small = write_trace(tmp_path / "small.json.gz", tricky_entries(100))
+    with ChunkHelpers(1).head_start([str(small), str(tmp_path)]) as helpers:
+        assert helpers.started == [] and helpers.ahead is None
+    with ChunkHelpers(1, min_text_bytes=0).head_start([str(tmp_path), "s3://bucket/t.json"]) as helpers:
+        assert helpers.started == [] and helpers.ahead is None  # a folder, a URL: nothing to read ahead
+
+
+def test_the_report_command_reads_its_trace_ahead_and_writes_the_same_workbook(tmp_path):
+    """`tracekit report` of a trace over HELPER_TEXT_BYTES of JSON (35 MB) starts its helper before its imports, and
+    its read takes what the helper made: the same workbook as the API's report, which reads without. In this process
+    the imports are done, so the read waits for the helper to begin (in a command it has, by then)."""
+    from click.testing import CliRunner
+
+    from tracekit.cli.app import main
+    from tracekit.inputs import resolve_inputs
+    from tracekit.output.workbooks import report
+
+    path = shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz")
+    assert chunk_workers.text_bytes(path) >= chunk_workers.HELPER_TEXT_BYTES
+    taken = []
+    made_ahead = ChunkHelpers.made_ahead
+
+    def once_begun(helpers, *args):
+        begun(helpers, 0.3)
+        for chunk in made_ahead(helpers, *args):
+            taken.append(chunk)
+            yield chunk
+
+    with mock.patch.object(ChunkHelpers, "made_ahead", once_begun):
+        result = CliRunner().invoke(main, ["report", str(path), "-o", str(tmp_path / "cli")])
+    assert result.exit_code == 0, result.output
+    assert taken
+    report(resolve_inputs([path]), tmp_path / "api")
+    assert (tmp_path / "cli" / "rank0.xlsx").read_bytes() == (tmp_path / "api" / "rank0.xlsx").read_bytes()

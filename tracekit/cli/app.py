@@ -316,8 +316,11 @@ def remember_option(ctx: click.Context, param: click.Parameter, value) -> None:
 
 
 @contextmanager
-def executor() -> Iterator:
-    """The executor --jobs / --scheduler ask for (in this process without either), for the block."""
+def executor(head_start: Iterable[str] = ()) -> Iterator:
+    """The executor --jobs / --scheduler ask for (in this process without either), for the block. In this process,
+    the helper processes its reads share large files' chunks with start now, and the first reads the first large
+    local file of HEAD_START on its own (tracekit/read/chunk_workers.py): a command enters the block before its
+    imports, which leave a CPU idle for ~0.3 s."""
     jobs, scheduler = check_executor_options()
     if scheduler is not None:
         from tracekit.cluster.scheduler import dask_executor
@@ -329,7 +332,9 @@ def executor() -> Iterator:
             yield pool
     else:
         from tracekit.executors import InProcess
-        yield InProcess()
+        from tracekit.read.chunk_workers import ChunkHelpers
+        with ChunkHelpers().head_start(head_start) as helpers:
+            yield InProcess(helpers)
 
 
 def check_executor_options() -> tuple[int | None, str | None]:

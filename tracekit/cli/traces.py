@@ -42,12 +42,13 @@ from tracekit.output.files import check_output_file, local_output, refuse_input_
 @user_errors
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
-    from tracekit.output.dataset import ingest as ingest_traces
     check_executor_options()
     out_dir = storage.location(out_dir)
     refuse_input_dir(out_dir, traces)
-    with planned(traces, f"writing {out_dir}") as (inputs, progress), executor() as runner:
-        written = ingest_traces(inputs, out_dir, runner, force, rank, as_ranks_given(), progress)
+    with executor(head_start=traces) as runner:  # first: the reading starts while the imports go on
+        from tracekit.output.dataset import ingest as ingest_traces
+        with planned(traces, f"writing {out_dir}") as (inputs, progress):
+            written = ingest_traces(inputs, out_dir, runner, force, rank, as_ranks_given(), progress)
     counts = ", ".join(f"{name} {n:,}" for name, n in written.rows.items() if n)
     stdout.print(f"wrote {out_dir}: ranks {written.ranks}; {counts}"
                  + (f"; {written.dropped} entries dropped (see diagnostics)" if written.dropped else ""))
@@ -66,17 +67,18 @@ def ingest(traces, out_dir, rank, force):
 @user_errors
 def report(traces, out_dir, rank, force, wide, peak_file):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
-    # here, not at the top: ingest, graph and synth need neither the workbook writer (xlsxwriter) nor the summary
-    from tracekit.output.terminal import QUERIES, print_summary
-    from tracekit.output.workbooks import check_out_dir
-    from tracekit.output.workbooks import report as report_traces
     check_executor_options()
-    out_dir = local_output(out_dir)
-    check_out_dir(out_dir, force, inputs=traces)
-    peak_table = read_peak_option(peak_file)
-    with planned(traces, "analysing and writing the workbooks") as (inputs, progress), executor() as runner:
-        done, paths, problems = report_traces(inputs, out_dir, runner, force, rank, QUERIES, peak_table,
-                                              as_ranks_given(), progress)
+    with executor(head_start=traces) as runner:  # first: the reading starts while the imports go on
+        # here, not at the top: ingest, graph and synth need neither the workbook writer (xlsxwriter) nor the summary
+        from tracekit.output.terminal import QUERIES, print_summary
+        from tracekit.output.workbooks import check_out_dir
+        from tracekit.output.workbooks import report as report_traces
+        out_dir = local_output(out_dir)
+        check_out_dir(out_dir, force, inputs=traces)
+        peak_table = read_peak_option(peak_file)
+        with planned(traces, "analysing and writing the workbooks") as (inputs, progress):
+            done, paths, problems = report_traces(inputs, out_dir, runner, force, rank, QUERIES, peak_table,
+                                                  as_ranks_given(), progress)
     print_summary(stdout, done, paths, problems, wide)
     warn_about_failed_analyses(done.failures)
 

@@ -8,32 +8,48 @@ chunk order; a helper still starting costs it nothing but the start. Every chunk
 and shifted to their place (`EntryTables.shifted`), the same ids a reader alone gives. A chunk a helper could not
 turn into tables (an unusual chunk, a helper that died) is decoded again by the reader, which then raises, or
 falls back to the whole-file path, as it does without helpers.
+
+A head start (`ChunkHelpers.head_start`): a command about to read a large local trace file starts the helpers
+before its own imports (~0.3 s on one core, the other idle), and the first of them reads the file on its own
+meanwhile: it gunzips it, cuts it into the chunks the reader will cut (`text.trace_event_chunks`, the same
+function on the same bytes) and turns them into tables in order, until the reader reaches the file and stops it.
+The reader then takes those chunks' tables, each checked against the chunk it cut itself (length and CRC-32: a
+file changed in between is read by the reader alone from there), and shares the rest as above. This module imports
+nothing heavy at the top, so that a command can start the helpers first.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import select
 import struct
 import subprocess
 import sys
 import threading
+import zlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from functools import cache
 from pathlib import Path
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from tracekit import storage
-from tracekit.read.columns import EntryTables, entry_tables
-from tracekit.read.text import GZIP_MAGIC
+
+if TYPE_CHECKING:
+    from tracekit.read.columns import EntryTables
 
 IN_FLIGHT = 2  # chunks a helper holds at once: one it decodes, one waiting, so it never waits for the reader
 MAX_HELPERS = 3
 SIZE = struct.Struct("<Q")
-HEADER = struct.Struct("<Q" + "Q" * len(EntryTables.TABLES))  # entry count, then each table's IPC bytes
 FAILED = b""  # a helper's reply for a chunk it could not turn into tables
+# A head start's messages: the reader's (a frame of text never starts with a NUL byte), then the helper's: that it
+# has begun, each chunk it made (its length and CRC-32, then its tables), and the end, once it has stopped
+HEAD_START, STOP = b"\0head ", b"\0stop"
+HEAD_READY, HEAD_CHUNK, HEAD_END = b"r", struct.Struct("<cQI"), b"e"
+PIPE_BYTES = 1 << 20  # a helper's replies' pipe (Linux's default limit for a process without privileges)
 HELPER_TEXT_BYTES = 32 << 20  # less JSON is read in little more than the time a helper takes to start
 ANSWER_SECONDS = 120  # a helper that takes longer for a chunk (~0.05 s) is stuck: the reader makes it, and ends it
 
@@ -47,7 +63,7 @@ def text_bytes(path) -> int:
         if storage.is_url(path):
             return size
         with storage.open_binary(path) as fh:
-            if fh.read(2) == GZIP_MAGIC and size >= 18:
+            if fh.read(2) == storage.GZIP_MAGIC and size >= 18:
                 fh.seek(-4, os.SEEK_END)
                 return max(size, int.from_bytes(fh.read(4), "little"))
             return size
@@ -55,11 +71,22 @@ def text_bytes(path) -> int:
         return 0
 
 
+def file_identity(path) -> tuple | None:
+    """What says a local file is the same one, unchanged: device, inode, size and modification time (None: not a
+    local regular file)."""
+    try:
+        found = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns) if os.path.isfile(path) else None
+
+
 class ChunkHelpers:
     """The helpers of one read of several files: started once the read's files reach HELPER_TEXT_BYTES of JSON
-    (counting the file about to be read: one large file, or the ranks of a run), used for every file after that,
-    ended with the block. By default one per CPU beyond the reader's own, at most MAX_HELPERS; none on one CPU, and
-    none in a process multiprocessing started (a `--jobs` or Dask worker: its siblings have the other CPUs)."""
+    (counting the file about to be read: one large file, or the ranks of a run), or at once for a head start,
+    used for every file after that, ended with the block (a later block starts them again). By default one per CPU
+    beyond the reader's own, at most MAX_HELPERS; none on one CPU, and none in a process multiprocessing started (a
+    `--jobs` or Dask worker: its siblings have the other CPUs)."""
 
     def __init__(self, count: int | None = None, min_text_bytes: int = HELPER_TEXT_BYTES):
         if count is None:
@@ -71,6 +98,7 @@ class ChunkHelpers:
         self.min_text_bytes = min_text_bytes
         self.seen = 0  # bytes of JSON of the files given so far, until the helpers start
         self.started: list[Helper] = []
+        self.ahead: tuple[tuple, int | None, Helper] | None = None  # a head start: (file, chunk bytes, helper)
 
     def __enter__(self) -> ChunkHelpers:
         return self
@@ -78,7 +106,38 @@ class ChunkHelpers:
     def __exit__(self, *_) -> None:
         for helper in self.started:
             helper.close()
-        self.started = []
+        self.started, self.ahead, self.seen = [], None, 0
+
+    def head_start(self, paths: Iterable, chunk_bytes: int | None = None) -> ChunkHelpers:
+        """Start the helpers now, the first reading on its own the first of PATHS (what a command was given) that
+        is a local file of at least `min_text_bytes` of JSON, in chunks of CHUNK_BYTES (None: the reader's default,
+        text.CHUNK_BYTES, which is not imported here), until the reader reaches it (`made_ahead`). Only where
+        select() can poll a pipe (POSIX); nothing when no path qualifies."""
+        if not self.count or self.started or os.name != "posix":
+            return self
+        path = next((p for p in paths if file_identity(p) is not None), None)
+        if path is None or text_bytes(path) < self.min_text_bytes:
+            return self
+        helpers = self.for_file(path)
+        if helpers and helpers[0].start_head(path, chunk_bytes):
+            self.ahead = (file_identity(path), chunk_bytes, helpers[0])
+        return self
+
+    def made_ahead(self, path, chunk_bytes: int) -> Iterator[tuple[int, int, memoryview]]:
+        """The chunks of PATH a head start made, in order, as (length, CRC-32, tables as the helper sent them), each
+        as it comes: none unless it read this file, unchanged, in chunks of CHUNK_BYTES. Any head start ends here: a
+        helper reads ahead only until the reader reaches its first file."""
+        if self.ahead is None:
+            return iter(())
+        from tracekit.read.text import CHUNK_BYTES
+
+        identity, ahead_bytes, helper = self.ahead
+        self.ahead = None
+        # a helper still starting has made nothing: it is not waited for (its end is taken in meanwhile)
+        begun = helper.has_begun()
+        made = helper.end_head()
+        same = identity == file_identity(path) and (ahead_bytes or CHUNK_BYTES) == chunk_bytes
+        return made if same and begun else iter(())
 
     def for_file(self, path) -> list[Helper]:
         """The helpers to read PATH with: none while the files so far, this one counted, are small."""
@@ -105,6 +164,7 @@ class Helper:
                **os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         self.process = subprocess.Popen([sys.executable, "-m", "tracekit.read.chunk_workers"], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        _widen(self.process.stdout)
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.given: deque[Future] = deque()  # chunks given, oldest first
         self.replies = 0  # chunks it has answered (none yet: it may still be starting)
@@ -125,20 +185,65 @@ class Helper:
         self.jobs.put((chunk, future))
         return future
 
+    def start_head(self, path, chunk_bytes: int | None) -> bool:
+        """Have it read PATH on its own (a head start); false where it cannot be told."""
+        try:
+            _write_frame(self.process.stdin, HEAD_START + json.dumps([os.fspath(path), chunk_bytes]).encode())
+        except (OSError, ValueError):
+            self.alive = False
+            return False
+        return True
+
+    def has_begun(self) -> bool:
+        """Whether its head start has begun (it said so: the only thing it sends before it is stopped)."""
+        try:
+            return bool(select.select([self.process.stdout], [], [], 0)[0])
+        except (OSError, ValueError):
+            return False
+
+    def end_head(self) -> Iterator[tuple[int, int, memoryview]]:
+        """Stop its head start: the chunks it made, (length, CRC-32, tables), in order, each as it comes through the
+        pipe; those until it died, or until one took longer than ANSWER_SECONDS (it is then ended)."""
+        made: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs.put((made, Future()))  # now, whether or not the chunks are taken: the chunks given after wait on it
+        return self._taken(made)
+
+    def _taken(self, made: queue.SimpleQueue) -> Iterator[tuple[int, int, memoryview]]:
+        try:
+            while (chunk := made.get(timeout=ANSWER_SECONDS)) is not None:
+                yield chunk
+        except queue.Empty:
+            self.stop()
+
     def _feed(self) -> None:
         while (job := self.jobs.get()) is not None:
             chunk, future = job
             if not future.set_running_or_notify_cancel():  # the reader made it itself meanwhile
                 continue
             reply = None
-            if self.alive:
-                try:
+            try:
+                if isinstance(chunk, queue.SimpleQueue):  # the end of a head start: its chunks into that queue
+                    self._head_chunks(chunk)
+                elif self.alive:
                     _write_frame(self.process.stdin, chunk)
                     reply = _read_frame(self.process.stdout)
                     self.replies += 1
-                except (OSError, ValueError):  # the helper died (killed, out of memory): the reader decodes
-                    self.alive = False
+            except (OSError, ValueError, struct.error):  # the helper died (killed, out of memory): the reader decodes
+                self.alive = False
             future.set_result(reply)
+
+    def _head_chunks(self, made: queue.SimpleQueue) -> None:
+        try:
+            if self.alive:
+                _write_frame(self.process.stdin, STOP)
+                while (frame := _read_frame(self.process.stdout)) != HEAD_END:
+                    if frame == HEAD_READY:
+                        continue
+                    _, length, crc = HEAD_CHUNK.unpack_from(frame)
+                    made.put((length, crc, memoryview(frame)[HEAD_CHUNK.size:]))
+                    self.replies += 1
+        finally:
+            made.put(None)
 
     def stop(self) -> None:
         """Kill the process: the chunks it holds are answered with nothing (the reader makes them)."""
@@ -159,6 +264,17 @@ class Helper:
                 pass
 
 
+def _widen(pipe) -> None:
+    """A pipe of PIPE_BYTES where Linux allows it (64 KiB by default): a chunk's tables (~0.3 MB) then cross it in
+    one read, not five, each waiting for the GIL."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
 def _write_frame(stream, data: bytes) -> None:
     stream.write(SIZE.pack(len(data)))
     stream.write(data)
@@ -167,22 +283,44 @@ def _write_frame(stream, data: bytes) -> None:
 
 def _read_frame(stream) -> bytes:
     """One frame's bytes; OSError where the stream ends first (the other side ended)."""
-    head = stream.read(SIZE.size)
-    if len(head) < SIZE.size:
-        raise OSError("the stream ended")
-    (length,) = SIZE.unpack(head)
-    body = stream.read(length)
-    if len(body) < length:
-        raise OSError("the stream ended")
-    return body
+    (length,) = SIZE.unpack(_read_exactly(stream, SIZE.size))
+    return _read_exactly(stream, length)
 
 
-def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTables], helpers: list[Helper]
-                 ) -> Iterator[EntryTables]:
+def _read_exactly(stream, size: int) -> bytes:
+    """SIZE bytes of STREAM, buffered or not (an unbuffered pipe may give fewer per read)."""
+    data = stream.read(size)
+    if 0 < len(data) < size:
+        parts, got = [data], len(data)
+        while got < size and (more := stream.read(size - got)):
+            parts.append(more)
+            got += len(more)
+        data = b"".join(parts)
+    if len(data) < size:
+        raise OSError("the stream ended")
+    return data
+
+
+def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTables], helpers: list[Helper],
+                 made_ahead: Iterable[tuple[int, int, memoryview]] = ()) -> Iterator[EntryTables]:
     """Each chunk's tables, in order, as `tables(chunk, first_id)` makes them; HELPERS make some of them (with ids
-    from 0, shifted here)."""
+    from 0, shifted here), and the first chunks may come MADE_AHEAD (`ChunkHelpers.made_ahead`): each taken where
+    it is the chunk cut here, the rest made as the others once one is not."""
+    from tracekit.read.columns import EntryTables
+
+    chunks = iter(chunks)
+    first_id = 0
+    for length, crc, reply in made_ahead:
+        chunk = next(chunks, None)
+        if chunk is None:
+            return
+        if len(chunk) != length or zlib.crc32(chunk) != crc:
+            chunks = _chained(chunk, chunks)
+            break
+        part = decoded(reply).shifted(first_id)
+        first_id += part.entry_count
+        yield part
     if not helpers:
-        first_id = 0
         for chunk in chunks:
             part = tables(chunk, first_id)
             yield part
@@ -190,7 +328,6 @@ def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTa
         return
     # each chunk, with its tables made here, or the helper making them and their future
     pending: deque[tuple[bytes, EntryTables | tuple[Helper, Future]]] = deque()
-    first_id = 0
 
     def taken() -> EntryTables:
         nonlocal first_id
@@ -230,20 +367,39 @@ def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTa
                 made[1].cancel()
 
 
+def _chained(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest
+
+
+@cache
+def _header() -> struct.Struct:
+    """An encoded chunk's header: its entry count, then each table's IPC bytes."""
+    from tracekit.read.columns import EntryTables
+
+    return struct.Struct("<Q" + "Q" * len(EntryTables.TABLES))
+
+
 def encoded(part: EntryTables) -> bytes:
+    import pyarrow as pa
+
     streams = []
-    for name in EntryTables.TABLES:
+    for name in part.TABLES:
         sink = pa.BufferOutputStream()
         table = getattr(part, name)
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
         streams.append(sink.getvalue())
-    return b"".join([HEADER.pack(part.entry_count, *map(len, streams)), *map(memoryview, streams)])
+    return b"".join([_header().pack(part.entry_count, *map(len, streams)), *map(memoryview, streams)])
 
 
-def decoded(reply: bytes) -> EntryTables:
-    count, *lengths = HEADER.unpack_from(reply)
-    buffer, at, tables = pa.py_buffer(reply), HEADER.size, []
+def decoded(reply: bytes | memoryview) -> EntryTables:
+    import pyarrow as pa
+
+    from tracekit.read.columns import EntryTables
+
+    count, *lengths = _header().unpack_from(reply)
+    buffer, at, tables = pa.py_buffer(reply), _header().size, []
     for length in lengths:
         tables.append(pa.ipc.open_stream(buffer.slice(at, length)).read_all())
         at += length
@@ -251,10 +407,12 @@ def decoded(reply: bytes) -> EntryTables:
 
 
 def serve() -> None:
-    """The helper's loop: a chunk in, its tables (or FAILED) out, until stdin ends."""
+    """The helper's loop: a chunk in, its tables (or FAILED) out, until stdin ends; a head start first, if the
+    reader asks for one."""
+    from tracekit.read.columns import entry_tables
     from tracekit.read.entries import gc_paused
 
-    source = os.fdopen(os.dup(0), "rb")
+    source = os.fdopen(os.dup(0), "rb", buffering=0)  # unbuffered: select() on it sees what has come
     sink = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything a library prints goes to stderr, not into the replies
     try:
@@ -264,6 +422,9 @@ def serve() -> None:
                     chunk = _read_frame(source)
                 except OSError:  # stdin ended: the reader is done
                     return
+                if chunk.startswith(HEAD_START):
+                    _read_ahead(*json.loads(chunk[len(HEAD_START):]), source, sink)
+                    continue
                 try:
                     reply = encoded(entry_tables("", chunk, 0))
                 except Exception:
@@ -271,6 +432,30 @@ def serve() -> None:
                 _write_frame(sink, reply)
     except (KeyboardInterrupt, BrokenPipeError):
         os._exit(1)
+
+
+def _read_ahead(path: str, chunk_bytes: int | None, source, sink) -> None:
+    """A head start: PATH's chunks, cut as the reader cuts them, turned into tables in order until the reader says
+    STOP (polled between chunks) or one cannot be (the reader meets it too, and says what is wrong); then, after
+    STOP, each chunk's tables and HEAD_END. Kept here until then: the reader, busy importing, would take them from
+    the pipe only as often as the GIL lets its thread run, and a helper blocked on a full pipe reads no further."""
+    from tracekit.read.columns import entry_tables
+    from tracekit.read.text import CHUNK_BYTES, text_chunks
+
+    _write_frame(sink, HEAD_READY)
+    made = []
+    try:
+        for chunk in text_chunks(Path(path), chunk_bytes or CHUNK_BYTES):
+            if select.select([source], [], [], 0)[0]:  # the reader's STOP has come: nothing else does meanwhile
+                break
+            made.append(HEAD_CHUNK.pack(b"c", len(chunk), zlib.crc32(chunk)) + encoded(entry_tables("", chunk, 0)))
+    except Exception:  # NotStreamable, a cut or bad chunk, an unreadable file: the reader's own read says why
+        pass
+    while _read_frame(source) != STOP:
+        pass
+    for frame in made:
+        _write_frame(sink, frame)
+    _write_frame(sink, HEAD_END)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ A file cut short keeps the entries complete before the cut. The file's timed ent
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterable, Iterator
 
 from tracekit.errors import InputError
 from tracekit.read.chunk_workers import ChunkHelpers, Helper, chunk_tables
@@ -20,16 +20,14 @@ from tracekit.read.ranks import FileTables, file_rank, rank_tables
 from tracekit.read.screen import screened
 from tracekit.read.text import (
     CHUNK_BYTES,
-    MIN_BLOCK_BYTES,
     NothingToSalvage,
     NotStreamable,
     ParsedFile,
     StreamCut,
-    decompressed_blocks,
     parse_file,
     parse_text,
-    read_ahead,
     read_text,
+    text_chunks,
     trace_event_chunks,
 )
 from tracekit.storage import Location
@@ -44,15 +42,17 @@ def read_trace(path: Location, chunk_bytes: int = CHUNK_BYTES, helpers: ChunkHel
     duplicates and impossible times are screened out (`screened`)."""
     with gc_paused():
         try:
-            parts = _read_streamed(path, chunk_bytes, helpers.for_file(path) if helpers else [])
+            parts = _read_streamed(path, chunk_bytes, helpers)
         except NotStreamable:
             parts = _read_whole(path)
         return parts if parts.is_execution_trace else screened(parts)
 
 
-def _read_streamed(path: Location, chunk_bytes: int, helpers: list[Helper] = ()) -> TraceParts:
-    blocks = read_ahead(decompressed_blocks(path, max(chunk_bytes, MIN_BLOCK_BYTES)))
-    return _read_chunks(path, blocks, chunk_bytes, helpers)
+def _read_streamed(path: Location, chunk_bytes: int, helpers: ChunkHelpers | None = None) -> TraceParts:
+    if helpers is None:
+        return _read_chunks(path, text_chunks(path, chunk_bytes))
+    made_ahead = helpers.made_ahead(path, chunk_bytes)  # first: no chunk goes to a helper still reading ahead
+    return _read_chunks(path, text_chunks(path, chunk_bytes), helpers.for_file(path), made_ahead)
 
 
 def _read_whole(path: Location) -> TraceParts:
@@ -71,7 +71,7 @@ def _read_whole(path: Location) -> TraceParts:
             return TraceParts(path, top, entry_tables(path, parsed.entries, 0))
         failure = InputError(f"{path}: corrupt gzip data (the stream ends early: the file is cut)")
     try:
-        return _read_chunks(path, _replayed(data, gzip_cut), len(data) + 1)
+        return _read_chunks(path, trace_event_chunks(_replayed(data, gzip_cut), len(data) + 1))
     except NotStreamable:
         raise failure from None
 
@@ -82,12 +82,13 @@ def _replayed(data: bytes, gzip_cut: bool) -> Iterator[bytes]:
         raise StreamCut
 
 
-def _read_chunks(path: Location, blocks: Iterator[bytes], chunk_bytes: int, helpers: list[Helper] = ()
-                 ) -> TraceParts:
+def _read_chunks(path: Location, chunks: Generator[bytes, None, tuple], helpers: list[Helper] = (),
+                 made_ahead: Iterable = ()) -> TraceParts:
+    """The tables of CHUNKS (`trace_event_chunks`: they end with the other top-level keys and where a cut fell)."""
     ended = []
 
     def texts() -> Iterator[bytes]:
-        ended.append((yield from trace_event_chunks(blocks, chunk_bytes)))
+        ended.append((yield from chunks))
 
     def tables(chunk: bytes, first_id: int) -> EntryTables:
         try:
@@ -96,7 +97,7 @@ def _read_chunks(path: Location, blocks: Iterator[bytes], chunk_bytes: int, help
             raise NotStreamable from None
 
     try:
-        parts = list(chunk_tables(texts(), tables, helpers))
+        parts = list(chunk_tables(texts(), tables, helpers, made_ahead))
     except NothingToSalvage as nothing:
         raise _nothing_to_salvage(path, *nothing.args) from None
     entries = EntryTables.concat(parts)

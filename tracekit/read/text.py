@@ -26,7 +26,7 @@ import numpy as np
 from tracekit import storage
 from tracekit.errors import InputError
 from tracekit.read import jsontext
-from tracekit.storage import Location
+from tracekit.storage import GZIP_MAGIC, Location
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
@@ -85,7 +85,6 @@ CHUNK_BYTES = 1 << 20  # decompressed JSON decoded per step: bounds the working 
 READ_BYTES = 1 << 20  # compressed bytes read per step
 MIN_BLOCK_BYTES = 64 << 10  # decompressed bytes per step, when chunks are smaller (tests)
 HEADER_LIMIT = 64 << 20  # top-level keys before traceEvents are small: past this, stop looking
-GZIP_MAGIC = b"\x1f\x8b"
 JSON_SPACE = b" \t\r\n"
 LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
 TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
@@ -166,6 +165,12 @@ def decompressed_blocks(path: Location, block_bytes: int) -> Iterator[bytes]:
             if total > limit:
                 raise _too_large(path, limit, size)
             yield block
+
+
+def text_chunks(path: Location, chunk_bytes: int) -> Generator[bytes, None, tuple[dict[str, bytes], Cut | None]]:
+    """A file's text streamed in chunks (`trace_event_chunks`), gunzipped in a thread meanwhile: the cuts the
+    reader makes, and a head start's helper (tracekit/read/chunk_workers.py) makes the same."""
+    return trace_event_chunks(read_ahead(decompressed_blocks(path, max(chunk_bytes, MIN_BLOCK_BYTES))), chunk_bytes)
 
 
 def read_ahead(blocks: Iterator[bytes]) -> Iterator[bytes]:
