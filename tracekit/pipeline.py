@@ -46,7 +46,7 @@ DONE, UNRANKED, EXECUTION_TRACE = "done", "unranked", "execution_trace"
 def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = None,
          progress: Progress | None = None, edges: bool = True, workers: int | None = None,
          require_events: bool = True, as_ranks: bool = False,
-         graph_captures: str | Path | Iterable[str | Path] = ()) -> TraceTables:
+         graph_captures: str | Path | Iterable[str | Path] = (), helpers: ChunkHelpers | None = None) -> TraceTables:
     """Read Kineto traces (files, directories of ranks, or an ingested dataset) into tables; Execution Traces
     among the files are read and linked to them (tracekit.link.et).
 
@@ -65,12 +65,15 @@ def load(paths: str | Path | Iterable[str | Path] | Inputs, rank: int | None = N
     `graph_captures`: trace files of capturing the CUDA/HIP graphs the traces replay (`--graph-capture FILE`):
     each replayed GPU op is matched to its captured launch and owned by the op it was captured under
     (`graph_kernels` table; tracekit.link.graph_capture), what cannot be matched noted in `diagnostics`.
+
+    `helpers`: the helper processes a large file's chunks are shared with (a `ChunkHelpers`, perhaps given a head
+    start: tracekit/read/chunk_workers.py); by default the read starts its own.
     """
     inputs = resolve_inputs(paths, graph_captures)
     if inputs.dataset is not None:
         tables = read_dataset(inputs.dataset)
     else:
-        tables = read_files(list(inputs.files), rank, progress, edges, workers, as_ranks)
+        tables = read_files(list(inputs.files), rank, progress, edges, workers, as_ranks, helpers)
     return check_tables(with_graph_captures(tables, inputs, progress), inputs, require_events)
 
 
@@ -84,14 +87,15 @@ def with_graph_captures(tables: TraceTables, inputs: Inputs, progress: Progress 
 
 
 def read_files(files: list[Path], rank: int | None, progress: Progress | None, edges: bool,
-               workers: int | None, as_ranks: bool = False) -> TraceTables:
+               workers: int | None, as_ranks: bool = False, helpers: ChunkHelpers | None = None) -> TraceTables:
     """The stages in order over trace files: read each (ranks applied), link (edges, Execution Traces).
 
     A file that cannot be read is left out, with a `file_unreadable` note in diagnostics, when another file can be
     (a bad trace among many does not stop the rest); when none can, the first file's error is raised.
     """
     check_rank_option(rank, files)
-    return read_group(files, rank, progress=progress, edges=edges, workers=workers, as_ranks=as_ranks).tables
+    return read_group(files, rank, progress=progress, edges=edges, workers=workers, as_ranks=as_ranks,
+                      helpers=helpers).tables
 
 
 @dataclass(frozen=True)

@@ -224,14 +224,15 @@ def working(what: str) -> Iterator[None]:
         spinner.stop()
 
 
-def load_traces(paths: Iterable[str] | Inputs, rank: int | None = None) -> TraceTables:
+def load_traces(paths: Iterable[str] | Inputs, rank: int | None = None, helpers=None) -> TraceTables:
     """`tracekit.load` (its input rules: InputError for no events or for files that are not ranks of one run unless
-    the command was given --as-ranks, a warning line per cut trace file), with a progress bar."""
+    the command was given --as-ranks, a warning line per cut trace file), with a progress bar; large files' chunks
+    shared with HELPERS when given (`head_started`)."""
     from tracekit.pipeline import load
 
     inputs = command_inputs(paths)
     with input_warnings_reported(), progress_bar(inputs) as progress:
-        return load(inputs, rank=rank, progress=progress, as_ranks=as_ranks_given())
+        return load(inputs, rank=rank, progress=progress, as_ranks=as_ranks_given(), helpers=helpers)
 
 
 def command_inputs(paths: Iterable[str] | Inputs) -> Inputs:
@@ -317,10 +318,8 @@ def remember_option(ctx: click.Context, param: click.Parameter, value) -> None:
 
 @contextmanager
 def executor(head_start: Iterable[str] = ()) -> Iterator:
-    """The executor --jobs / --scheduler ask for (in this process without either), for the block. In this process,
-    the helper processes its reads share large files' chunks with start now, and the first reads the first large
-    local file of HEAD_START on its own (tracekit/read/chunk_workers.py): a command enters the block before its
-    imports, which leave a CPU idle for ~0.3 s."""
+    """The executor --jobs / --scheduler ask for (in this process without either, its reads given a head start on
+    HEAD_START: `head_started`), for the block."""
     jobs, scheduler = check_executor_options()
     if scheduler is not None:
         from tracekit.cluster.scheduler import dask_executor
@@ -332,9 +331,19 @@ def executor(head_start: Iterable[str] = ()) -> Iterator:
             yield pool
     else:
         from tracekit.executors import InProcess
-        from tracekit.read.chunk_workers import ChunkHelpers
-        with ChunkHelpers().head_start(head_start) as helpers:
+        with head_started(head_start) as helpers:
             yield InProcess(helpers)
+
+
+@contextmanager
+def head_started(paths: Iterable[str]) -> Iterator:
+    """The helper processes the block's reads share large files' chunks with, started now, the first reading the
+    first large local file of PATHS on its own (a head start: tracekit/read/chunk_workers.py); a command enters the
+    block before its imports, which leave a CPU idle for ~0.3 s. Ended with the block, or with the first read."""
+    from tracekit.read.chunk_workers import ChunkHelpers
+
+    with ChunkHelpers().head_start(paths) as helpers:
+        yield helpers
 
 
 def check_executor_options() -> tuple[int | None, str | None]:

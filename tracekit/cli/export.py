@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.app import (trace_input_options, load_traces, main, peak_option, read_peak_option, stdout,
-                              user_errors, working)
+from tracekit.cli.app import (head_started, load_traces, main, peak_option, read_peak_option, stdout,
+                              trace_input_options, user_errors, working)
 from tracekit.output.files import refuse_input_dir
 
 
@@ -33,10 +33,11 @@ def export_group():
 def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
     """Write Chakra execution traces (schema 0.0.4) of TRACES, one file per rank, for ASTRA-sim and other
     simulators."""
-    from tracekit.output.chakra import write_chakra
-    refuse_input_dir(out_dir, traces)
-    peak_table = read_peak_option(peak_file)  # the fallback num_ops of compute nodes without an op model
-    tables = load_traces(traces, rank).with_peaks(peak_table)
+    with head_started(traces) as helpers:  # first: the reading starts while the imports go on
+        from tracekit.output.chakra import write_chakra
+        refuse_input_dir(out_dir, traces)
+        peak_table = read_peak_option(peak_file)  # the fallback num_ops of compute nodes without an op model
+        tables = load_traces(traces, rank, helpers).with_peaks(peak_table)
     started = time.perf_counter()
     with working("writing the Chakra files"):
         written = write_chakra(tables, out_dir, prefix, data_deps)
@@ -73,10 +74,11 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
 def timeline_command(traces, out_path, step, critical_path, replayed, rank):
     """Write one timeline of every rank of TRACES: a process per rank and device, launch and sync flows, and the
     critical path."""
-    from tracekit.output.files import check_output_file
-    from tracekit.output.timeline import write_timeline
-    check_output_file(out_path, traces)
-    tables = load_traces(traces, rank)
+    with head_started(traces) as helpers:  # first: the reading starts while the imports go on
+        from tracekit.output.files import check_output_file
+        from tracekit.output.timeline import write_timeline
+        check_output_file(out_path, traces)
+        tables = load_traces(traces, rank, helpers)
     started = time.perf_counter()
     with working("replaying the graph" if replayed else "writing the timeline"):
         if replayed:

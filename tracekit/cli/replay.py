@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.app import trace_input_options, load_traces, main, user_errors, working
+from tracekit.cli.app import head_started, load_traces, main, trace_input_options, user_errors, working
 from tracekit.cli.query import check_output, emit
 from tracekit.output.files import check_output_file
 
@@ -36,13 +36,14 @@ def replay_command(traces, scales, removes, step, fmt, out_path, max_rows, wide)
     """Replay TRACES (trace files, directories of ranks or an ingested dataset): one row per rank and step with
     the measured and the predicted step time. Without --scale/--remove the prediction is the replay of the
     graph as measured."""
-    from tracekit import replay as replaying  # here: --help and the other commands need not import the replay
-    scale = [replaying.parse_scale(text) for text in scales]
-    remove = [replaying.Selector.parse(text) for text in removes]
-    check_output(fmt, None, traces, max_rows)
-    if out_path is not None:
-        check_output_file(out_path, traces)
-    tables = load_traces(traces)
+    with head_started(traces) as helpers:  # first: the reading starts while the imports go on
+        from tracekit import replay as replaying  # here: --help and the other commands need not import the replay
+        scale = [replaying.parse_scale(text) for text in scales]
+        remove = [replaying.Selector.parse(text) for text in removes]
+        check_output(fmt, None, traces, max_rows)
+        if out_path is not None:
+            check_output_file(out_path, traces)
+        tables = load_traces(traces, helpers=helpers)
     with working("replaying the graph"):
         replayed = replaying.replay(tables, scale=scale, remove=remove, timeline=out_path, step=step)
     emit(replayed, fmt, None, max_rows, traces, title="replay: measured and predicted step time", wide=wide)

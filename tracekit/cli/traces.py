@@ -16,6 +16,7 @@ from tracekit.cli.app import (
     check_executor_options,
     executor,
     executor_options,
+    head_started,
     load_traces,
     main,
     peak_option,
@@ -164,12 +165,13 @@ def synth(ranks, steps, seed, scale, noise, noise_seed, drift, slow_kernels, que
 def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
     them)."""
-    from tracekit.output.graph import check_window, graph_writer, write_graph
-    check_window(step, start_ns, end_ns)
-    for out in outs:
-        graph_writer(out)  # refuse an unknown format before reading anything
-        check_output_file(out, traces)
-    tables = load_traces(traces, rank)
+    with head_started(traces) as helpers:  # first: the reading starts while the imports go on
+        from tracekit.output.graph import check_window, graph_writer, write_graph
+        check_window(step, start_ns, end_ns)
+        for out in outs:
+            graph_writer(out)  # refuse an unknown format before reading anything
+            check_output_file(out, traces)
+        tables = load_traces(traces, rank, helpers)
     for out in outs:
         with working(f"writing {out}"):
             graph = write_graph(tables, out, step=step, start_ns=start_ns, end_ns=end_ns)
