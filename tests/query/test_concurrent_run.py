@@ -70,6 +70,34 @@ def test_each_shared_table_is_computed_once_and_before_its_readers(tables, monke
     assert overlapped, "two analyses never ran at once"
 
 
+def test_a_run_on_its_own_connection_frees_the_shared_tables_its_analyses_have_read(tables, monkeypatch):
+    """The critical path's stages are dropped once the walk is made from them, and no table is computed twice:
+    each went only after every analysis and table that reads it (a reader after it would compute it again, or fail);
+    the results are those of a run that keeps them (`test_many_at_a_time_equals_one_at_a_time`)."""
+    computed, dropped = [], []
+    real_materialize, real_drop = catalog.materialize_macro, catalog.drop_shared_table
+
+    def materialize(con, name):
+        computed.append(name)
+        real_materialize(con, name)
+
+    def drop(con, name):
+        dropped.append(name)
+        real_drop(con, name)
+
+    monkeypatch.setattr(catalog, "materialize_macro", materialize)
+    monkeypatch.setattr(catalog, "drop_shared_table", drop)
+    failures: dict[str, str] = {}
+    kept = analyses.run_all(tables, NAMES, failures, threads=2)
+    assert not failures and set(kept) == set(NAMES)
+    assert {"_critical_path_calls", "_critical_path_states", "_critical_path_lanes"} <= set(dropped)
+    assert len(computed) == len(set(computed)) and len(dropped) == len(set(dropped)) and set(dropped) <= set(computed)
+    with catalog.connect(tables, materialize=True) as con:  # a caller's connection: its tables are its own
+        computed.clear(), dropped.clear()
+        analyses.run_all(tables, NAMES, {}, threads=2, con=con)
+        assert computed and not dropped
+
+
 def test_failures_are_the_same_reasons_in_the_same_order(tables, monkeypatch):
     """A shared table that fails fails every analysis that calls it with its own error, as one at a time; an
     analysis reading a failed one says so; a missing one is named."""

@@ -350,11 +350,12 @@ def loaded(con: duckdb.DuckDBPyConnection) -> set[str]:
     return catalogued(con).done
 
 
-def called_macros(macros) -> set[str]:
-    """MACROS and the macros they call, transitively."""
+def called_macros(macros, made=frozenset()) -> set[str]:
+    """MACROS and the macros they call, transitively; not through a macro in MADE (a materialized macro whose table
+    exists reads that table alone)."""
     needed = set(macros)
     for macro in reversed(macro_definitions()):  # each after every macro that calls it
-        if macro in needed:
+        if macro in needed and macro not in made:
             needed |= macro_calls(macro_definitions()[macro])
     return needed
 
@@ -368,7 +369,7 @@ def define_macros(con: duckdb.DuckDBPyConnection, macros) -> None:
     whole): a connection defines only what its queries call, and the macros defined after a materialized one bind
     its table, not its body (bench/RESULTS.md)."""
     state = catalogued(con)
-    needed = called_macros(macros) - state.macros
+    needed = called_macros(macros, state.macros & set(state.materialize)) - state.macros
     for macro, definition in macro_definitions().items():
         if macro not in needed:
             continue
@@ -401,9 +402,40 @@ def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
 
 
 def shared_tables(con: duckdb.DuckDBPyConnection, macros) -> set[str]:
-    """The table macros `con` materializes, and has not yet, among MACROS and the macros they call."""
+    """The table macros `con` materializes, and has not yet, among MACROS and the macros they call (not through one
+    it has: that reads its table alone)."""
     state = catalogued(con)
-    return called_macros(macros) & set(state.materialize) - state.macros
+    materialized = set(state.materialize)
+    return called_macros(macros, state.macros & materialized) & materialized - state.macros
+
+
+def read_shared_tables(con: duckdb.DuckDBPyConnection, macros) -> set[str]:
+    """The table macros `con` materializes that MACROS read: those they call, and those called by the macros they
+    call that are not materialized themselves (a materialized one read its own inputs once, when computed)."""
+    materialized, definitions = set(catalogued(con).materialize), macro_definitions()
+    found, seen, calls = set(), set(), list(macros)
+    while calls:
+        macro = calls.pop()
+        if macro in seen:
+            continue
+        seen.add(macro)
+        if macro in materialized:
+            found.add(macro)
+        elif macro in definitions:
+            calls += macro_calls(definitions[macro])
+    return found
+
+
+def drop_shared_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Free the table of materialized macro NAME (`materialize_macro`): the next query that calls NAME computes it
+    again. The macros defined over its table (those that read it: `read_shared_tables`, unless materialized) are
+    defined again then too."""
+    state = catalogued(con)
+    with state.lock:
+        con.execute(f"drop table if exists {name}_result")
+        state.macros.difference_update({name} | {
+            macro for macro in state.macros if macro not in state.materialize
+            and name in read_shared_tables(con, macro_calls(macro_definitions()[macro]))})
 
 
 def query_macros(name: str) -> frozenset[str]:

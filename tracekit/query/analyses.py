@@ -133,7 +133,7 @@ def one_line(exc: BaseException) -> str:
 
 def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,
             progress=None, threads: int | None = None, given: dict[str, pl.DataFrame] | None = None,
-            con: duckdb.DuckDBPyConnection | None = None) -> dict[str, pl.DataFrame]:
+            con: duckdb.DuckDBPyConnection | None = None, owned: bool = False) -> dict[str, pl.DataFrame]:
     """Several analyses over one database (tables registered, shared macros computed once, each result shared
     with the analyses that read it), several at a time (`connection.query_workers`).
 
@@ -141,11 +141,12 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     raised; `progress(name)` is called after each requested analysis; `threads` as in `connect`, and at most that
     many analyses at a time. `given` results (computed elsewhere, e.g. each rank's on its own tables) are read by
     the analyses as they are, not run again. On `con` when given (one made by `connect(tables, materialize=True)`,
-    which the caller uses further), else on a connection of its own.
+    which the caller uses further), else on a connection of its own (`owned`: a shared table is then dropped once
+    the analyses that read it have run).
     """
     if con is None:
         with connect(tables, materialize=True, threads=threads) as fresh:
-            return run_all(tables, names, failures, progress, threads, given, fresh)
+            return run_all(tables, names, failures, progress, threads, given, fresh, owned=True)
     results: dict[str, pl.DataFrame] = dict(given or {})
     wanted = names or available()
     failed = dict(failures or {})
@@ -161,7 +162,8 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     workers = connection.query_workers(threads)
     kept = set(wanted)
     if workers > 1 and len(steps) > 1:
-        run_concurrently(con, tables, bound, steps, kept, results, failed, failures is not None, workers, done)
+        run_concurrently(con, tables, bound, steps, kept, results, failed, failures is not None, workers, done,
+                         free_shared=owned)
     else:
         for step in steps:
             run_step(con, step, results, failed, failures is not None, keep=step in kept)
@@ -173,18 +175,26 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
 
 def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound: dict, steps: list[str],
                      kept: set[str], results: dict[str, pl.DataFrame], failed: dict[str, str], record: bool,
-                     workers: int, done) -> None:
+                     workers: int, done, free_shared: bool = False) -> None:
     """Run analyses STEPS (in `steps_of` order, none failed yet; those in KEPT into RESULTS, as `run_step`) on
     WORKERS cursors of `con`'s database at once (TABLES and the given results BOUND registered on each): each
     after the analyses it reads and the shared tables it calls (a node `macro:NAME` each, computed once),
     `done(step)` called here as each analysis ends. A node that runs out of memory beside others runs again alone
-    once the others end (the memory limit is the database's)."""
+    once the others end (the memory limit is the database's). With `free_shared`, a shared table this run computed
+    is dropped once every node that reads it has run."""
     needs = {step: {f"macro:{m}" for m in catalog.shared_tables(con, catalog.query_macros(step))}
              | {dep for dep in analysis_inputs(step) if dep in steps} for step in steps}
     # a step's shared tables include those they read (`shared_tables` follows the calls): each waits for those
     for table in sorted({n for waits in list(needs.values()) for n in waits if n.startswith("macro:")}):
         body = catalog.macro_calls(catalog.macro_definitions()[table.removeprefix("macro:")])
         needs[table] = {f"macro:{m}" for m in catalog.shared_tables(con, body)}
+    # the shared tables of this run each node reads itself: the critical path's stages (OWLv2: 125 MB of tables)
+    # are freed once the walk is made from them, before the sums of the walk run (the report's peak)
+    reads = {node: {f"macro:{m}" for m in catalog.read_shared_tables(con, catalog.query_macros(node) if node in steps
+                                                                      else catalog.macro_calls(
+                                                                          catalog.macro_definitions()[node[6:]]))
+                    if f"macro:{m}" in needs} for node in needs} if free_shared else {}
+    readers = {table: {node for node in reads if table in reads[node]} for table in needs if table not in steps}
     made = [catalog.cursor(con, tables, bound) for _ in range(workers)]
     cursors: queue.SimpleQueue = queue.SimpleQueue()
     for cur in made:
@@ -248,6 +258,9 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
                     (failed if node in steps else macro_failed)[node] = one_line(error)
                 finished.add(node)
                 done(node)
+                for table in reads.get(node, ()):
+                    if readers[table] <= finished and table not in macro_failed:
+                        catalog.drop_shared_table(con, table.removeprefix("macro:"))
     except BaseException:  # Ctrl-C, or an error raised: the queries still running stop now, not when they end
         stopping.set()
         for cur in made:
