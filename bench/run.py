@@ -460,7 +460,7 @@ def stages_child(trace: Path, out: Path, one_at_a_time: bool) -> None:
         # the shared tables are computed by the first analysis that needs each (`catalog.connect`)
         per_analysis["(connection)"] = (lap()[1], before - peaks["link"])
         if not one_at_a_time:
-            results = run_all(tables, names, failures, con=con)
+            results = run_all(tables, names, failures, con=con, free_shared=True)  # as the report's own run
         for name in order if one_at_a_time else ():
             run_into(con, name, results, failures)
             per_analysis[name] = (lap()[1], peak_rss_mb() - before)

@@ -80,7 +80,8 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
             with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise))
             stepwise = [] if with_steps is None else stepwise
             beside = pool.submit(whole_and_per_step, *with_steps, stepwise, stepwise_failures) if with_steps else None
-            results = analyses.run_all(tables, [n for n in names if n not in stepwise], failures, con=con)
+            results = analyses.run_all(tables, [n for n in names if n not in stepwise], failures, con=con,
+                                       free_shared=True)  # the last run on con
         if beside is not None:
             whole, per_step = beside.result()
     finally:

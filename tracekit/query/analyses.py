@@ -133,7 +133,7 @@ def one_line(exc: BaseException) -> str:
 
 def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,
             progress=None, threads: int | None = None, given: dict[str, pl.DataFrame] | None = None,
-            con: duckdb.DuckDBPyConnection | None = None, owned: bool = False) -> dict[str, pl.DataFrame]:
+            con: duckdb.DuckDBPyConnection | None = None, free_shared: bool = False) -> dict[str, pl.DataFrame]:
     """Several analyses over one database (tables registered, shared macros computed once, each result shared
     with the analyses that read it), several at a time (`connection.query_workers`).
 
@@ -141,12 +141,13 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     raised; `progress(name)` is called after each requested analysis; `threads` as in `connect`, and at most that
     many analyses at a time. `given` results (computed elsewhere, e.g. each rank's on its own tables) are read by
     the analyses as they are, not run again. On `con` when given (one made by `connect(tables, materialize=True)`,
-    which the caller uses further), else on a connection of its own (`owned`: a shared table is then dropped once
-    the analyses that read it have run).
+    which the caller uses further), else on a connection of its own. With `free_shared` (always on a connection of
+    its own; a caller's once it runs nothing more on it) each shared table is dropped once the analyses that read it
+    have run.
     """
     if con is None:
         with connect(tables, materialize=True, threads=threads) as fresh:
-            return run_all(tables, names, failures, progress, threads, given, fresh, owned=True)
+            return run_all(tables, names, failures, progress, threads, given, fresh, free_shared=True)
     results: dict[str, pl.DataFrame] = dict(given or {})
     wanted = names or available()
     failed = dict(failures or {})
@@ -163,7 +164,7 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     kept = set(wanted)
     if workers > 1 and len(steps) > 1:
         run_concurrently(con, tables, bound, steps, kept, results, failed, failures is not None, workers, done,
-                         free_shared=owned)
+                         free_shared=free_shared)
     else:
         for step in steps:
             run_step(con, step, results, failed, failures is not None, keep=step in kept)
