@@ -13,7 +13,7 @@ Inputs follow the rules of the commands (`tracekit.inputs`): a bad path or an in
 InputError with the message the command prints, and a cut trace file issues a CutTraceWarning.
 """
 
-from importlib import import_module
+from tracekit.lazy import lazy_attributes
 
 # The public API, imported on first use: `import tracekit.cli` (every command) runs this file first, and a command
 # should pay only for the modules it uses (bench/RESULTS.md, 2026-11-25: imports are most of a small report).
@@ -40,18 +40,5 @@ _PUBLIC = {
 
 __all__ = sorted(_PUBLIC)
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str):
-    # tracekit.open(paths): the notebook entry point. Not in __all__: `from tracekit import *` would shadow the builtin.
-    attribute = "open_traces" if name == "open" else name
-    if attribute not in _PUBLIC:
-        raise AttributeError(f"module 'tracekit' has no attribute {name!r}")
-    module = import_module(_PUBLIC[attribute])
-    value = module if _PUBLIC[attribute] == f"tracekit.{attribute}" else getattr(module, attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC, "open"])
+# tracekit.open(paths): the notebook entry point. Not in __all__: `from tracekit import *` would shadow the builtin.
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC, {"open": "open_traces"})

@@ -34,7 +34,7 @@ def loaded_by(tmp_path, *args: str) -> set[str]:
 
 @pytest.mark.parametrize("args", [["--version"], ["report", "--help"], ["ingest", "--help"], ["sql", "--help"],
                                   ["run", "--help"], ["timeline", "--help"], ["export", "chakra", "--help"],
-                                  ["replay", "--help"], ["graph", "--help"]])
+                                  ["replay", "--help"], ["graph", "--help"], ["diff", "--help"]])
 def test_help_needs_no_engine(tmp_path, args):
     assert not ENGINES & loaded_by(tmp_path, *args)
 

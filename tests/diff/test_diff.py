@@ -605,7 +605,7 @@ def test_op_rates_sees_the_slowed_softmax_lose_a_third_of_its_tflops(slowed_diff
 @pytest.mark.parametrize("dtype", [pl.List(pl.Float64), pl.List(pl.Int64)])
 def test_samples_drop_missing_steps_and_keep_rows(dtype):
     """A measure's samples: the steps that have a value, in order; a row with none (null) becomes []."""
-    from tracekit.diff.compare import samples
+    from tracekit.diff.matching import samples
 
     rows = [[1, None, 2], None, [], [None], [3], None]
     got = samples(pl.Series("base_samples", rows, dtype=dtype))
@@ -614,7 +614,7 @@ def test_samples_drop_missing_steps_and_keep_rows(dtype):
 
 
 def test_samples_of_a_side_without_any():
-    from tracekit.diff.compare import samples
+    from tracekit.diff.matching import samples
 
     got = samples(pl.Series("cand_samples", [None, None], dtype=pl.List(pl.Null)))
     assert got.dtype == pl.List(pl.Float64) and got.to_list() == [[], []]

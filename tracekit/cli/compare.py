@@ -80,14 +80,16 @@ def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, to
     or a directory of captures (one subdirectory per capture of one configuration). With several captures a side
     (A1 A2 ... -- B1 B2 ...), the verdicts test between-capture variance, captures as blocks."""
     check_executor_options()
-    try:
-        diff.parse_metric_name(metric)
-    except LookupError as exc:
-        raise InputError(f"--metric {exc}") from None
-    if out_path is not None:
-        check_output_file(out_path, [p for p in runs if p != SIDES_SEPARATOR], force, WORKBOOK_FILE_HINT)
-    sides = split_sides(runs)
-    with executor() as runner:
+    paths = [p for p in runs if p != SIDES_SEPARATOR]
+    # first: the reading starts while the diff's modules are imported (tracekit.diff is imported on first use)
+    with executor(head_start=paths) as runner:
+        try:
+            diff.parse_metric_name(metric)
+        except LookupError as exc:
+            raise InputError(f"--metric {exc}") from None
+        if out_path is not None:
+            check_output_file(out_path, paths, force, WORKBOOK_FILE_HINT)
+        sides = split_sides(runs)
         summaries = summarized(sides, runner)
     for side in (s for captures in summaries for s in captures):
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})

@@ -14,34 +14,26 @@ time, which would repeat a child's change in every ancestor and count time block
 op's own).
 
 The package: sections.py (what is compared, as data), side.py (one run), measures.py (a side's measures per
-section), compare.py (running the sides and matching), verdicts.py (the rule), comparison.py (DiffResult),
-workbook.py (the diff workbook), terminal.py (the terminal summary).
+section), matching.py (running the sides and matching), verdicts.py (the rule), comparison.py (DiffResult),
+defaults.py (the settings by default), workbook.py (the diff workbook), terminal.py (the terminal summary).
 """
 
-from __future__ import annotations
+from tracekit.lazy import lazy_attributes
 
-from tracekit.diff import verdicts
-from tracekit.diff.compare import compare, per_step_results, summarize, summarize_inputs
-from tracekit.diff.comparison import (
-    CAPTURES,
-    DEFAULT_ALPHA,
-    DEFAULT_FLOOR_PERCENT,
-    DEFAULT_HOST_FLOOR_PERCENT,
-    DEFAULT_WARMUP_STEPS,
-    SIGNIFICANT,
-    STEPS,
-    DiffResult,
-    Settings,
-)
-from tracekit.diff.sections import SECTIONS, TOP_CHANGE_SECTIONS, Metric, Section, parse_metric_name
-from tracekit.diff.side import Side
-from tracekit.diff.terminal import print_summary
-from tracekit.diff.workbook import write_workbook
+# imported on first use: `tracekit diff` reads its options' defaults (diff/defaults.py) before it starts reading the
+# traces, and imports the rest while that reading goes on (tracekit/cli/compare.py)
+_PUBLIC = {
+    "verdicts": "tracekit.diff.verdicts",
+    **dict.fromkeys(["compare", "per_step_results", "summarize", "summarize_inputs"], "tracekit.diff.matching"),
+    **dict.fromkeys(["DEFAULT_ALPHA", "DEFAULT_FLOOR_PERCENT", "DEFAULT_HOST_FLOOR_PERCENT", "DEFAULT_WARMUP_STEPS"],
+                    "tracekit.diff.defaults"),
+    **dict.fromkeys(["CAPTURES", "SIGNIFICANT", "STEPS", "DiffResult", "Settings"], "tracekit.diff.comparison"),
+    **dict.fromkeys(["SECTIONS", "TOP_CHANGE_SECTIONS", "Metric", "Section", "parse_metric_name"],
+                    "tracekit.diff.sections"),
+    "Side": "tracekit.diff.side",
+    "print_summary": "tracekit.diff.terminal",
+    "write_workbook": "tracekit.diff.workbook",
+}
 
-__all__ = [
-    "CAPTURES", "STEPS", "DEFAULT_ALPHA", "DEFAULT_FLOOR_PERCENT", "DEFAULT_HOST_FLOOR_PERCENT",
-    "DEFAULT_WARMUP_STEPS", "SECTIONS", "SIGNIFICANT",
-    "TOP_CHANGE_SECTIONS",
-    "DiffResult", "Metric", "Section", "Settings", "Side", "compare", "parse_metric_name", "per_step_results",
-    "print_summary", "summarize", "summarize_inputs", "verdicts", "write_workbook",
-]
+__all__ = sorted(_PUBLIC)
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from tracekit.diff.defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_FLOOR_PERCENT,
+    DEFAULT_HOST_FLOOR_PERCENT,
+    DEFAULT_WARMUP_STEPS,
+)
 from tracekit.diff.sections import SECTIONS, Section, parse_metric_name, top_change_sections
 
-DEFAULT_ALPHA = 0.05  # two-sided level of the rank test; the shift's confidence interval is at 1 - alpha
-DEFAULT_FLOOR_PERCENT = 1.0  # per-step shifts smaller than this share of the value are never called, however steady
-# With one capture a side, host (CPU) times are called only beyond this share of the value: between captures of one
-# unchanged job from separate processes they moved by up to 42.5% while GPU kernel times moved by at most 1.7%
-# (tests/data/gpu's noise captures; docs/diff.md), and steps of one capture cannot show it.
-DEFAULT_HOST_FLOOR_PERCENT = 50.0
-DEFAULT_WARMUP_STEPS = 0  # leading steady steps of each capture also left out (the report's rule already applies)
 STEPS = "steps"  # one capture a side: steps compared (verdicts.shift_tests); run-to-run variance unmeasured
 CAPTURES = "captures"  # several captures a side: per-capture values compared (blocks.capture_tests)
 TEST_NAMES = {STEPS: "Mann-Whitney on steady steps, Hodges-Lehmann shift",
