@@ -60,3 +60,15 @@ def test_deprecated_paths_re_export_the_same_objects(old, new):
 def test_documented_import_lines_work_in_a_fresh_interpreter(statement):
     result = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_diff_packages_names_are_its_objects_whichever_module_loads_first():
+    """tracekit.diff imports its names on first use (tracekit/lazy.py): a sub-module named as one of them would take
+    that name's place in the package once something imported it (diff.compare, the function, was in compare.py)."""
+    code = ("import importlib, pkgutil, tracekit.diff as d\n"
+            "for m in pkgutil.iter_modules(d.__path__): importlib.import_module('tracekit.diff.' + m.name)\n"
+            "clashes = [n for n in d.__all__ if getattr(d, n).__class__.__name__ == 'module' and n != 'verdicts']\n"
+            "assert not clashes, clashes\n"
+            "assert callable(d.compare) and callable(d.summarize) and d.DEFAULT_ALPHA == 0.05")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr
