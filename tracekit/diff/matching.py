@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
+import pyarrow as pa
 
 from tracekit.diff import verdicts
 from tracekit.diff.blocks import capture_tests
@@ -182,7 +183,8 @@ def compare(base: Run | Sequence[Run], cand: Run | Sequence[Run], alpha: float =
     # run gives the same bits every time. The sections are matched side by side, each on a cursor of its own (what
     # it registers is the cursor's): its Python, Polars and DuckDB work is spread thin over ~30 small steps a
     # section (SD3.5 pair: 0.20 of the comparison's 0.30 s, one section after the other).
-    covered = coverage(sides["base"], sides["cand"])
+    covered = coverage(sides["base"], sides["cand"]).to_arrow()  # Arrow: a Polars frame read by two threads at
+    # once fails in polars 1.30 ("Already mutably borrowed")
     with connection.connect(threads=1) as con, ThreadPoolExecutor(connection.query_workers()) as pool:
         matched = dict(zip(sections, pool.map(
             lambda section: matched_on_cursor(con, covered, section, sides, warmup, settings), sections.values())))
@@ -225,7 +227,7 @@ def coverage(base: list[Side], cand: list[Side]) -> pl.DataFrame:
             .select("rank", scale=pl.col("steps") / pl.col("steps_cand")))
 
 
-def matched_on_cursor(con, covered: pl.DataFrame, section: Section, sides: dict[str, list[Side]],
+def matched_on_cursor(con, covered: pa.Table, section: Section, sides: dict[str, list[Side]],
                       warmup: dict[str, list[tuple[int, ...]]], settings: Settings) -> pl.DataFrame:
     """`matched_section` on a cursor of CON's database, with the step counts' COVERED scale registered."""
     with con.cursor() as cur:
