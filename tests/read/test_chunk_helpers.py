@@ -255,6 +255,17 @@ def test_a_head_start_gives_the_tables_of_the_reader_alone(relative):
     assert_same_parts(ahead, alone)
 
 
+def test_a_head_start_keeps_at_most_head_chunks(tmp_path, monkeypatch):
+    """However long the reader takes to come, the helper holds at most HEAD_CHUNKS chunks' tables; the reader reads
+    the rest as without a head start."""
+    path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
+    monkeypatch.setattr(chunk_workers, "HEAD_CHUNKS", 3)
+    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14), 1.0) as helpers:
+        ahead, taken = read_ahead_of(path, 1 << 14, helpers)
+    assert taken == 3
+    assert_same_parts(ahead, read_trace(path, 1 << 14))
+
+
 def test_a_cut_file_read_ahead_keeps_what_precedes_the_cut(tmp_path):
     path = write_trace(tmp_path / "cut.json.gz", tricky_entries(3000), cut=0.6)
     alone = read_trace(path, 1 << 14)

@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import cache
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,9 @@ FAILED = b""  # a helper's reply for a chunk it could not turn into tables
 # has begun, each chunk it made (its length and CRC-32, then its tables), and the end, once it has stopped
 HEAD_START, STOP = b"\0head ", b"\0stop"
 HEAD_READY, HEAD_CHUNK, HEAD_END = b"r", struct.Struct("<cQI"), b"e"
+# A head start's chunks a helper keeps at most (~1.5 MB of tables each for 1 MiB of JSON): bounded, whatever the
+# file's size or however long the command takes to reach it (a report reaches OWLv2 after ~20)
+HEAD_CHUNKS = 64
 PIPE_BYTES = 1 << 20  # a helper's replies' pipe (Linux's default limit for a process without privileges)
 HELPER_TEXT_BYTES = 32 << 20  # less JSON is read in little more than the time a helper takes to start
 ANSWER_SECONDS = 120  # a helper that takes longer for a chunk (~0.05 s) is stuck: the reader makes it, and ends it
@@ -188,7 +192,8 @@ class Helper:
     def start_head(self, path, chunk_bytes: int | None) -> bool:
         """Have it read PATH on its own (a head start); false where it cannot be told."""
         try:
-            _write_frame(self.process.stdin, HEAD_START + json.dumps([os.fspath(path), chunk_bytes]).encode())
+            _write_frame(self.process.stdin,
+                         HEAD_START + json.dumps([os.fspath(path), chunk_bytes, HEAD_CHUNKS]).encode())
         except (OSError, ValueError):
             self.alive = False
             return False
@@ -434,18 +439,19 @@ def serve() -> None:
         os._exit(1)
 
 
-def _read_ahead(path: str, chunk_bytes: int | None, source, sink) -> None:
+def _read_ahead(path: str, chunk_bytes: int | None, most: int, source, sink) -> None:
     """A head start: PATH's chunks, cut as the reader cuts them, turned into tables in order until the reader says
-    STOP (polled between chunks) or one cannot be (the reader meets it too, and says what is wrong); then, after
-    STOP, each chunk's tables and HEAD_END. Kept here until then: the reader, busy importing, would take them from
-    the pipe only as often as the GIL lets its thread run, and a helper blocked on a full pipe reads no further."""
+    STOP (polled between chunks), MOST of them are made, or one cannot be (the reader meets it too, and says what
+    is wrong); then, after STOP, each chunk's tables and HEAD_END. Kept here until then: the reader, busy
+    importing, would take them from the pipe only as often as the GIL lets its thread run, and a helper blocked on
+    a full pipe reads no further."""
     from tracekit.read.columns import entry_tables
     from tracekit.read.text import CHUNK_BYTES, text_chunks
 
     _write_frame(sink, HEAD_READY)
     made = []
     try:
-        for chunk in text_chunks(Path(path), chunk_bytes or CHUNK_BYTES):
+        for chunk in islice(text_chunks(Path(path), chunk_bytes or CHUNK_BYTES), most):
             if select.select([source], [], [], 0)[0]:  # the reader's STOP has come: nothing else does meanwhile
                 break
             made.append(HEAD_CHUNK.pack(b"c", len(chunk), zlib.crc32(chunk)) + encoded(entry_tables("", chunk, 0)))
