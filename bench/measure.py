@@ -23,13 +23,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "traces"
+LAUNCHER = Path(__file__).resolve()
 
 
 def trace_path(name: str) -> Path:
     """A bench trace by name: `recorded/FILE` is one of bench/recorded (inference traces recorded for the benches),
     any other name a path under the shared traces (an absolute path stays as it is)."""
     return REPO / "bench" / name if name.startswith("recorded/") else SHARED / name
-LAUNCHER = Path(__file__).resolve()
 
 
 @dataclass(frozen=True)

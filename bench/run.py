@@ -53,9 +53,9 @@ from measure import REPO, SHARED, alternate, median, run_fresh, table, trace_pat
 # the stand-ins for issue 27's held-out OWLv2 and SD3.5 inference traces (bench/recorded), then the largest shared
 # traces TraceLens reads: the vLLM decode trace (32.5 MB of JSON, Python frames and a HIP graph capture, like the
 # serving traces issue 27 names) and the four largest training and inference traces after it
-TRACES = ["recorded/owlv2.json.gz", "recorded/sd35_a.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz", "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",
-          "et_pairs/rtx2080ti_linear/kineto.json.gz", "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz",
-          "nvidia/h100_qwen1.5-0.5b.json.gz"]
+TRACES = ["recorded/owlv2.json.gz", "recorded/sd35_a.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz",
+          "nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "et_pairs/rtx2080ti_linear/kineto.json.gz",
+          "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/h100_qwen1.5-0.5b.json.gz"]
 DIFF_PAIRS = [("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
                "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz"),
               ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz"),
@@ -483,7 +483,8 @@ def main() -> None:
     parser.add_argument("commands", nargs="+", choices=["all", "imports", "ingest", "report", "stages", "timeline",
                                                         "diff", "sql", "exports", "same-bytes"])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--traces", nargs="+", default=TRACES, help="paths under ../shared/traces, or recorded/FILE: bench/recorded's")
+    parser.add_argument("--traces", nargs="+", default=TRACES,
+                        help="paths under ../shared/traces, or recorded/FILE: bench/recorded's")
     parser.add_argument("--baseline", type=lambda p: Path(p).resolve(), help="another tracekit checkout")
     parser.add_argument("--tracelens", type=Path, help="the bin folder of TraceLens's venv")
     args = parser.parse_args()

@@ -412,18 +412,8 @@ def shared_tables(con: duckdb.DuckDBPyConnection, macros) -> set[str]:
 def read_shared_tables(con: duckdb.DuckDBPyConnection, macros) -> set[str]:
     """The table macros `con` materializes that MACROS read: those they call, and those called by the macros they
     call that are not materialized themselves (a materialized one read its own inputs once, when computed)."""
-    materialized, definitions = set(catalogued(con).materialize), macro_definitions()
-    found, seen, calls = set(), set(), list(macros)
-    while calls:
-        macro = calls.pop()
-        if macro in seen:
-            continue
-        seen.add(macro)
-        if macro in materialized:
-            found.add(macro)
-        elif macro in definitions:
-            calls += macro_calls(definitions[macro])
-    return found
+    materialized = set(catalogued(con).materialize)
+    return called_macros(macros, materialized) & materialized
 
 
 def drop_shared_table(con: duckdb.DuckDBPyConnection, name: str) -> None:

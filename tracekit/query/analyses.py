@@ -183,18 +183,21 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
     `done(step)` called here as each analysis ends. A node that runs out of memory beside others runs again alone
     once the others end (the memory limit is the database's). With `free_shared`, a shared table this run computed
     is dropped once every node that reads it has run."""
-    needs = {step: {f"macro:{m}" for m in catalog.shared_tables(con, catalog.query_macros(step))}
+    def calls(node: str) -> frozenset[str]:
+        """The macros an analysis, or a shared table's definition (`macro:NAME`), calls."""
+        if node in steps:
+            return catalog.query_macros(node)
+        return catalog.macro_calls(catalog.macro_definitions()[node.removeprefix("macro:")])
+
+    needs = {step: {f"macro:{m}" for m in catalog.shared_tables(con, calls(step))}
              | {dep for dep in analysis_inputs(step) if dep in steps} for step in steps}
     # a step's shared tables include those they read (`shared_tables` follows the calls): each waits for those
     for table in sorted({n for waits in list(needs.values()) for n in waits if n.startswith("macro:")}):
-        body = catalog.macro_calls(catalog.macro_definitions()[table.removeprefix("macro:")])
-        needs[table] = {f"macro:{m}" for m in catalog.shared_tables(con, body)}
+        needs[table] = {f"macro:{m}" for m in catalog.shared_tables(con, calls(table))}
     # the shared tables of this run each node reads itself: the critical path's stages (OWLv2: 125 MB of tables)
     # are freed once the walk is made from them, before the sums of the walk run (the report's peak)
-    reads = {node: {f"macro:{m}" for m in catalog.read_shared_tables(con, catalog.query_macros(node) if node in steps
-                                                                      else catalog.macro_calls(
-                                                                          catalog.macro_definitions()[node[6:]]))
-                    if f"macro:{m}" in needs} for node in needs} if free_shared else {}
+    reads = {node: {f"macro:{m}" for m in catalog.read_shared_tables(con, calls(node))} & needs.keys()
+             for node in needs} if free_shared else {}
     readers = {table: {node for node in reads if table in reads[node]} for table in needs if table not in steps}
     made = [catalog.cursor(con, tables, bound) for _ in range(workers)]
     cursors: queue.SimpleQueue = queue.SimpleQueue()

@@ -24,6 +24,7 @@ import json
 import os
 import queue
 import select
+import stat
 import struct
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def file_identity(path) -> tuple | None:
         found = os.stat(path)
     except (OSError, TypeError, ValueError):
         return None
-    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns) if os.path.isfile(path) else None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns) if stat.S_ISREG(found.st_mode) else None
 
 
 class ChunkHelpers:
@@ -119,12 +120,12 @@ class ChunkHelpers:
         select() can poll a pipe (POSIX); nothing when no path qualifies."""
         if not self.count or self.started or os.name != "posix":
             return self
-        path = next((p for p in paths if file_identity(p) is not None), None)
+        path, identity = next(((p, i) for p in paths if (i := file_identity(p)) is not None), (None, None))
         if path is None or text_bytes(path) < self.min_text_bytes:
             return self
         helpers = self.for_file(path)
         if helpers and helpers[0].start_head(path, chunk_bytes):
-            self.ahead = (file_identity(path), chunk_bytes, helpers[0])
+            self.ahead = (identity, chunk_bytes, helpers[0])
         return self
 
     def made_ahead(self, path, chunk_bytes: int) -> Iterator[tuple[int, int, memoryview]]:
