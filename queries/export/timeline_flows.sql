@@ -1,6 +1,8 @@
 -- question: Which arrows does the all-ranks timeline draw, and where do their two ends sit?
--- inputs: edges, placed_slices (rank, id, pid, tid, ts, end_ns of every slice placed), path_segments (critical
---   path segments: rank, step, position, event_id, start_ns, end_ns), $base (ns, the file's base time)
+-- inputs: edges, placed_slices (rank, id, pid, tid, ts, end_ns of every slice placed), path_runs (the critical
+--   path's runs, queries/export/timeline_path_runs.sql: rank, window_start_ns, start_ns and the first and last
+--   segments with an event: first_event_id, first_event_start_ns, first_event_end_ns, last_event_id, ...), $base
+--   (ns, the file's base time)
 -- columns:
 --   cat: launch, sync or critical_path
 --   src_pid: pid of the start's slice
@@ -12,11 +14,11 @@
 --   forward: false where no start inside the first slice precedes an end inside the second (the writer leaves
 --     those out and counts them)
 -- notes: Arrows: launch and sync edges whose two events are both on the timeline; along the critical path, from
---   a segment's event to the next segment's where the two are on different tracks (a launch, a sync, a hand-over
---   between threads). Within a track the path goes from a call to its children and back, which the path's own
---   track shows segment by segment: an arrow there would be drawn over the track it stays on, and a CPU-bound
---   inference trace has a path of nearly every call (SD3.5, 58 MB: 279k such arrows, 110 between tracks, and
---   nearly half the file). Every arrow runs
+--   the last event of a run on one track to the first event of the next run (a launch, a sync, a hand-over between
+--   threads). Within a track the path goes from a call to its children and back, which the path's own track shows
+--   as one slice per run: an arrow there would be drawn over the track it stays on, and a CPU-bound inference trace
+--   has a path of nearly every call (SD3.5, 58 MB: 279k such arrows, 110 between tracks, and nearly half the file
+--   when they were drawn). Every arrow runs
 --   forward in time, from the end of one piece of work to the start of the next: a path arrow from the end of
 --   its segment to the start of the next segment; an edge arrow from the end of its first slice (or the end of the
 --   second, if that comes first) to the same moment or the start of the second slice, whichever is later. A
@@ -37,11 +39,12 @@ edge_arrows as (
     where e.kind in ('launch', 'sync')
 ),
 path_moves as (
-    select rank, event_id, start_ns, end_ns,
-           lead(event_id) over w as next_event, lead(start_ns) over w as next_start, lead(end_ns) over w as next_end
-    from path_segments
-    where event_id is not null
-    window w as (partition by rank, step order by position)
+    select rank, last_event_id as event_id, last_event_start_ns as start_ns, last_event_end_ns as end_ns,
+           lead(first_event_id) over w as next_event, lead(first_event_start_ns) over w as next_start,
+           lead(first_event_end_ns) over w as next_end
+    from path_runs
+    where first_event_id is not null
+    window w as (partition by rank, window_start_ns order by start_ns)
 ),
 path_arrows as (
     select m.rank, 'critical_path' as cat, 1 as sort,

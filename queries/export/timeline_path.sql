@@ -1,24 +1,32 @@
 -- question: Which slices does the critical-path track of the all-ranks timeline hold?
--- inputs: path_segments (critical_path rows with the track's pid and tid), $base (ns, the file's base time)
+-- inputs: path_runs (timeline_path_runs rows with the pid and tid of their critical-path track), placed_slices
+--   (rank, id, track of every slice placed), $base (ns, the file's base time)
 -- columns:
 --   pid: pid of the rank's critical-path process
 --   tid: tid of its track
---   body: the slice's JSON members except pid and tid: name = "category · event" (the segment's category, then
---     the event its time belongs to; the category alone where it has none), cname (Chrome's colour for the
---     category: one colour per category, whatever the event), ts and dur in µs from the base, args naming the
---     category, event, step, position and rank
--- notes: One slice per segment of critical_path (queries/critical_path.sql): the segments of a window tile it, so
---   the slices never overlap.
-select pid, tid,
-       '"ph":"X","cat":"critical_path","name":' || to_json(category || coalesce(' · ' || name, ''))
-       || ',"cname":' || to_json(case category
+--   body: the slice's JSON members except pid and tid: name = "category · where" (the category with the most of the
+--     run's time, then its event where the run has one, else the track it ran on), cname (Chrome's colour for that
+--     category: one colour per category), ts and dur in µs from the base, args: rank, step, track, the run's
+--     segments and events (counts), first and last position (in critical_path), time_us (µs per category) and
+--     longest (the five events with the most of the run's time, µs each)
+-- notes: One slice per run of the path on one CPU thread or GPU stream (queries/export/timeline_path_runs.sql): the
+--   track's own slices under it are the path's events, and an arrow joins consecutive runs. The runs of a window
+--   tile it, so they never overlap. A slice per critical_path segment was 279k slices and 79 of the 131 MB timeline
+--   of the SD3.5 trace of bench/recorded, whose path is 13 runs.
+select r.pid, r.tid,
+       '"ph":"X","cat":"critical_path","name":'
+       || to_json(r.category || coalesce(' · ' || coalesce(r.only_event, p.track), ''))
+       || ',"cname":' || to_json(case r.category
               when 'compute' then 'thread_state_running' when 'communication' then 'rail_animation'
               when 'memcpy' then 'rail_load' when 'memset' then 'rail_load' when 'cpu' then 'thread_state_runnable'
               when 'launch' then 'thread_state_iowait' when 'kernel_to_kernel_gap' then 'bad'
               when 'sync_wait' then 'terrible' else 'grey' end)
-       || ',"ts":' || format('{}.{:03d}', (start_ns - $base) // 1000, (start_ns - $base) % 1000)
-       || ',"dur":' || format('{}.{:03d}', duration_ns // 1000, duration_ns % 1000)
-       || ',"args":' || to_json({'category': category, 'event': name, 'event_id': event_id, 'step': step,
-                                  'position': position, 'rank': rank}) as body
-from path_segments
-order by rank, start_ns, position
+       || ',"ts":' || format('{}.{:03d}', (r.start_ns - $base) // 1000, (r.start_ns - $base) % 1000)
+       || ',"dur":' || format('{}.{:03d}', (r.end_ns - r.start_ns) // 1000, (r.end_ns - r.start_ns) % 1000)
+       || ',"args":' || to_json({'rank': r.rank, 'step': r.step, 'track': p.track, 'segments': r.segments,
+                                  'events': r.events, 'first_position': r.first_position,
+                                  'last_position': r.last_position, 'time_us': r.time_us,
+                                  'longest': r.longest}) as body
+from path_runs r
+left join placed_slices p on p.rank = r.rank and p.id = r.first_event_id
+order by r.rank, r.start_ns

@@ -8,6 +8,7 @@ import functools
 import gzip
 import itertools
 import json
+import re
 from collections import defaultdict
 
 import polars as pl
@@ -104,8 +105,8 @@ def innermost_slices(slices, points) -> dict:
 
 def check_flows_forward(events, ends) -> None:
     """Every flow runs forward in time, its end binds to the slice enclosing it (bp "e"), each end lands in
-    exactly one innermost slice, and along the critical path each end's slice is the event of the path segment
-    at that moment (read from the critical-path track, not from the code that placed the arrows)."""
+    exactly one innermost slice, and along the critical path each end's slice is on the track the path runs on at
+    that moment (read from the critical-path track, not from the code that placed the arrows)."""
     slices = [e for e in events if e["ph"] == "X"]
     points = [((end["pid"], end["tid"]), micros_to_ns(end["ts"])) for pair in ends.values() for end in pair.values()]
     # every critical-path track of each rank: thread 1 of its "rank R · critical path" process, and threads 2, ...
@@ -118,6 +119,8 @@ def check_flows_forward(events, ends) -> None:
             path_tracks[path_process[e["pid"]]].add((e["pid"], e["tid"]))
     path_points = [(track, at) for _, at in points for tracks in path_tracks.values() for track in tracks]
     bound = innermost_slices(slices, points + path_points)
+    track_names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+                   if e["ph"] == "M" and e["name"] == "thread_name"}
     for flow, pair in ends.items():
         start, end = pair["s"], pair["f"]
         assert end.get("bp") == "e", f"flow {flow} ends without binding to its enclosing slice"
@@ -127,10 +130,12 @@ def check_flows_forward(events, ends) -> None:
             held_by = bound[(point["pid"], point["tid"]), at]
             assert held_by is not None, f"flow {flow} {point['ph']} end is in no single innermost slice"
             if flow[1] == "critical_path":
-                segments = [bound[track, at] for track in path_tracks[held_by["args"]["rank"]]]
-                on_path = [segment["args"]["event"] for segment in segments if segment is not None]
-                assert held_by["name"] in on_path, \
-                    f"flow {flow} {point['ph']} end is bound to {held_by['name']!r}, the path is on {on_path!r}"
+                runs = [bound[track, at] for track in path_tracks[held_by["args"]["rank"]]]
+                on_path = [run["args"]["track"] for run in runs if run is not None]
+                # a sub-track's name is its track's and " · N"
+                held_on = re.sub(r" · \d+$", "", track_names[point["pid"], point["tid"]])
+                assert held_on in on_path, \
+                    f"flow {flow} {point['ph']} end is bound to a slice on {held_on!r}, the path is on {on_path!r}"
 
 
 def same_events(original, round_trip):
@@ -270,24 +275,64 @@ def test_flow_check_catches_what_viewers_drop():
         check_flows_forward(slices, {(1, "launch", "launch"): flow(2.0, 3.0)})
 
 
-def test_path_flows_are_the_moves_between_tracks(tmp_path):
-    """Along the critical path an arrow joins two tracks (within a track the path's own track shows where it goes):
-    none starts and ends on one track, every move between a CPU thread and a GPU stream (from the critical_path
-    analysis's rows and the events' kinds, not from the file) has one, and none is drawn where the path stays on
-    one event."""
+def path_on_tracks(tables) -> pl.DataFrame:
+    """The critical_path analysis's segments (not the timeline's code) with the track each one's event is on: a CPU
+    thread (pid, tid) or a GPU stream (device, stream); null for a segment without an event."""
+    events = pl.from_arrow(tables.events).select("rank", pl.col("id").alias("event_id"), "pid", "tid", "device",
+                                                 "stream")
+    return (run(tables, "critical_path").join(events, on=["rank", "event_id"], how="left")
+            .with_columns(track=pl.when(pl.col("event_id").is_null()).then(None)
+                          .when(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+                          .then(pl.format("GPU {} stream {}", "device", "stream"))
+                          .otherwise(pl.format("CPU {} thread {}", "pid", "tid")))
+            .sort("rank", "window_start_ns", "position"))
+
+
+@pytest.fixture(scope="module")
+def resnet_timeline(tmp_path_factory):
+    """ResNet50 V100 (diff_pairs/…/workers0): steps whose windows overlap, a path between a thread and a stream."""
     tables = load([shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz")])
-    out = tmp_path / "t.json.gz"
-    write_timeline(tables, out)
-    doc = check_file(read(out))
+    out = tmp_path_factory.mktemp("timeline") / "t.json.gz"
+    summary = write_timeline(tables, out)
+    raw = read(out)
+    return tables, summary, {**check_file(raw), "base": raw["baseTimeNanoseconds"]}
+
+
+def test_path_flows_are_the_moves_between_tracks(resnet_timeline):
+    """Along the critical path an arrow joins two tracks (within a track the path's own track shows where it goes):
+    none starts and ends on one track, and there is one for each place where the analysis's path moves from an
+    event on one thread or stream to an event on another."""
+    tables, summary, doc = resnet_timeline
     path_flows = [pair for flow, pair in doc["flows"].items() if flow[1] == "critical_path"]
-    assert path_flows
     assert all((p["s"]["pid"], p["s"]["tid"]) != (p["f"]["pid"], p["f"]["tid"]) for p in path_flows)
-    moves = (run(tables, "critical_path").filter(pl.col("event_id").is_not_null())
-             .sort("rank", "step", "position")
-             .with_columns(on_gpu=pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
-             .with_columns(next_event=pl.col("event_id").shift(-1).over("rank", "step"),
-                           next_on_gpu=pl.col("on_gpu").shift(-1).over("rank", "step"))
-             .filter(pl.col("next_event").is_not_null() & (pl.col("next_event") != pl.col("event_id"))))
-    between_cpu_and_gpu = moves.filter(pl.col("on_gpu") != pl.col("next_on_gpu")).height
-    assert between_cpu_and_gpu > 0
-    assert between_cpu_and_gpu <= len(path_flows) < moves.height
+    on_events = path_on_tracks(tables).filter(pl.col("event_id").is_not_null())
+    moves = on_events.filter(pl.col("track") != pl.col("track").shift(-1).over("rank", "window_start_ns")).height
+    assert moves > 0 and summary.flows_left_out == 0
+    assert len(path_flows) == moves
+
+
+def test_path_track_is_the_runs_of_the_path(resnet_timeline):
+    """Each slice of the critical-path track is a run of the analysis's segments on one thread or stream: its
+    segments (first to last position) are on one track, the runs before and after it are on others, and its time,
+    per category and in all, is those segments' time; together the slices hold every segment."""
+    tables, summary, doc = resnet_timeline
+    path = path_on_tracks(tables)
+    path_process = {pid for (pid, tid), name in doc["names"].items() if tid is None and name.endswith("critical path")}
+    runs = sorted((e for e in doc["slices"] if e["pid"] in path_process),
+                  key=lambda e: (e["args"]["rank"], micros_to_ns(e["ts"])))
+    assert sum(e["args"]["segments"] for e in runs) == path.height == summary.path_segments
+    tracks_in_order = defaultdict(list)
+    for e in runs:
+        a = e["args"]
+        segments = path.filter((pl.col("rank") == a["rank"]) & (pl.col("step").eq_missing(a["step"]))
+                               & pl.col("position").is_between(a["first_position"], a["last_position"]))
+        assert segments.height == a["segments"]
+        assert segments["track"].drop_nulls().n_unique() <= 1
+        tracks_in_order[a["rank"], a["step"]].append(segments["track"].drop_nulls().first())
+        assert doc["base"] + micros_to_ns(e["ts"]) == segments["start_ns"].min()
+        assert doc["base"] + micros_to_ns(e["ts"]) + micros_to_ns(e["dur"]) == segments["end_ns"].max()
+        by_category = segments.group_by("category").agg(pl.col("duration_ns").sum())
+        assert {c: round(ns / 1000, 3) for c, ns in by_category.iter_rows()} == a["time_us"]
+        assert a["events"] == segments["event_id"].drop_nulls().n_unique()
+    assert all(before != after for tracks in tracks_in_order.values() for before, after in zip(tracks, tracks[1:]))
+    assert max(len(tracks) for tracks in tracks_in_order.values()) > 1

@@ -87,7 +87,8 @@ def timeline_command(traces, out_path, step, critical_path, replayed, rank):
         summary = write_timeline(tables, out_path, step=step, critical_path=critical_path, inputs=traces,
                                  label="replayed" if replayed else None)
     stdout.print(f"wrote {out_path}: {summary.slices:,} slices on {summary.tracks:,} tracks, {summary.flows:,} "
-                 f"flows, {summary.path_segments:,} critical-path segments ({time.perf_counter() - started:.1f} s)")
+                 f"flows, a critical path of {summary.path_segments:,} segments in {summary.path_slices:,} runs "
+                 f"({time.perf_counter() - started:.1f} s)")
     if summary.flows_left_out:
         stdout.print(f"left out {summary.flows_left_out:,} arrows whose second event ends before the first starts "
                      "(a viewer would drop them)")
