@@ -25,7 +25,8 @@
 --   last_event_end_ns: ns, that segment's end
 -- notes: The segments are critical_path's (the same walk, lib/critical_path.sql, over the same windows), grouped
 --   into runs: consecutive segments whose events are on one CPU thread (pid, tid) or GPU stream (device, stream);
---   a segment without an event (idle, host time between top-level calls) stays in the run before it. The path moves
+--   a segment without an event (host time between top-level calls, idle before a thread's first call) is on the
+--   thread it was walked on, and the idle after a window's last event is a run of its own. The path moves
 --   between tracks only at a launch, a sync or a hand-over between threads; within a run it goes through the
 --   track's calls one after the other (a thread's calls and their children, a stream's ops), so the track's own
 --   slices under a run are the path's events. critical_path itself names every segment (279k on the SD3.5 trace
@@ -34,46 +35,61 @@ with
 windows as materialized (
     select rank, window_id, step, start_ns, work_end_ns as end_ns from step_or_trace_windows()
 ),
-located as (
-    select p.rank, p.window_id, p.event_id, p.category, p.start_ns, p.end_ns, p.duration_ns,
-           if(e.kind in ('kernel', 'memcpy', 'memset'), hash('stream', e.device, e.stream),
-              hash('thread', e.pid, e.tid)) as lane
+-- each segment on its event's thread or stream (without an event: the thread of the walk's run; the idle after
+-- the window's last event: none)
+segments as materialized (
+    select p.rank, p.window_id, p.iteration, p.event_id, p.category, p.start_ns, p.end_ns, p.duration_ns,
+           if(p.event_id is null, p.lane,
+              if(e.kind in ('kernel', 'memcpy', 'memset'), hash('stream', e.device, e.stream),
+                 hash('thread', e.pid, e.tid))) as lane
     from _critical_path_walk('windows') p
     left join events e on e.rank = p.rank and e.id = p.event_id
 ),
--- a run starts where a segment's lane differs from the last lane before it (a running sum: a windowed
--- count(*) filter (...) took 5.7 s on 279k segments, quadratic in DuckDB 2.0.1); position and the change in one
--- window, sorted once
-runs as materialized (
-    select *, sum(changed::int) over (partition by rank, window_id order by position
-                                      rows between unbounded preceding and current row) as run
-    from (select *, row_number() over in_time as position,
-                 lane is not null
-                 and lane is distinct from last_value(lane ignore nulls)
-                     over (in_time rows between unbounded preceding and 1 preceding) as changed
-          from located
-          window in_time as (partition by rank, window_id order by start_ns, end_ns))
+-- The walk goes down one lane at a time (a run of the walk, `iteration`), whose segments are contiguous in time;
+-- its last state may give time to an event on another lane (a launch call still running when its op started).
+-- Pieces (a walk run's segments on one lane) are ordered and merged into runs without sorting the segments: a
+-- sort of the 279k segments of the SD3.5 trace and the windows over them took 0.12 s, most of this query.
+pieces as (
+    select rank, window_id, iteration, lane, min(start_ns) as start_ns, max(end_ns) as end_ns, count(*) as segments,
+           arg_min({'id': event_id, 'start_ns': start_ns, 'end_ns': end_ns}, start_ns)
+               filter (where event_id is not null) as first_event,
+           arg_max({'id': event_id, 'start_ns': start_ns, 'end_ns': end_ns}, start_ns)
+               filter (where event_id is not null) as last_event
+    from segments group by all
+),
+numbered as materialized (
+    select *, sum(changed::int) over in_time as run,
+           sum(segments) over in_time - segments + 1 as first_position
+    from (select *, lane is distinct from lag(lane) over (partition by rank, window_id order by start_ns) as changed
+          from pieces)
+    window in_time as (partition by rank, window_id order by start_ns rows between unbounded preceding and current row)
 ),
 run_spans as (
-    select rank, window_id, run, min(start_ns) as start_ns, max(end_ns) as end_ns, count(*) as segments,
-           min(position) as first_position, max(position) as last_position,
-           arg_min({'id': event_id, 'start_ns': start_ns, 'end_ns': end_ns}, position)
-               filter (where event_id is not null) as first_event,
-           arg_max({'id': event_id, 'start_ns': start_ns, 'end_ns': end_ns}, position)
-               filter (where event_id is not null) as last_event
-    from runs group by all
+    select rank, window_id, run, min(start_ns) as start_ns, max(end_ns) as end_ns, sum(segments) as segments,
+           min(first_position) as first_position, max(first_position + segments - 1) as last_position,
+           arg_min(first_event, start_ns) filter (where first_event is not null) as first_event,
+           arg_max(last_event, start_ns) filter (where last_event is not null) as last_event
+    from numbered group by all
 ),
 categories as (
     select rank, window_id, run, arg_max(category, (ns, category)) as category,
            map_from_entries(list((category, round(ns / 1000, 3)) order by ns desc, category)) as time_us
-    from (select rank, window_id, run, category, sum(duration_ns) as ns from runs group by all)
+    from (select n.rank, n.window_id, n.run, s.category, sum(s.ns) as ns
+          from (select rank, window_id, iteration, lane, category, sum(duration_ns) as ns from segments group by all) s
+          join numbered n on n.rank = s.rank and n.window_id = s.window_id and n.iteration = s.iteration
+                         and n.lane is not distinct from s.lane
+          group by all)
     group by all
 ),
 run_events as (
     select rank, window_id, run, count(*) as events, max_by(event_id, (ns, -event_id), 5) as longest_ids,
            max_by(ns, (ns, -event_id), 5) as longest_ns
-    from (select rank, window_id, run, event_id, sum(duration_ns) as ns
-          from runs where event_id is not null group by all)
+    from (select n.rank, n.window_id, n.run, s.event_id, sum(s.ns) as ns
+          from (select rank, window_id, iteration, lane, event_id, sum(duration_ns) as ns
+                from segments where event_id is not null group by all) s
+          join numbered n on n.rank = s.rank and n.window_id = s.window_id and n.iteration = s.iteration
+                         and n.lane is not distinct from s.lane
+          group by all)
     group by all
 ),
 -- names for the five longest events of each run only

@@ -308,7 +308,10 @@ create or replace macro _critical_path_lanes() as table
     from lanes l
     left join targets t on t.rank = l.rank and t.state = l.state;
 
--- _critical_path_walk(windows): the segments of critical_path_segments, without position, kind, name and carried_by
+-- _critical_path_walk(windows): the segments of critical_path_segments, without position, kind, name and carried_by,
+-- with the walk's run the segment was walked in (iteration: 0 for the run that ends the window, counting back; -1 for
+-- idle after the window's last event), and lane: the thread or stream of that run (null: that idle; a run on a
+-- stream gives the launch call's time before its first op started to that call, on its thread)
 create or replace macro _critical_path_walk(windows) as table
     with recursive
     cp_windows as materialized (
@@ -386,12 +389,12 @@ create or replace macro _critical_path_walk(windows) as table
         where w.cursor > w.window_start
     ),
     cp_path as (
-        select rank, window_id, window_start, lane, cursor, next_run_cursor, low_pos,
+        select rank, window_id, window_start, iteration, lane, cursor, next_run_cursor, low_pos,
                unnest(range(top_pos, low_pos - 1, -1)) as pos
         from cp_runs
     ),
     cp_cursors as (
-        select p.rank, p.window_id, p.window_start, s.segment_event, s.category, s.inferred,
+        select p.rank, p.window_id, p.window_start, p.iteration, p.lane, s.segment_event, s.category, s.inferred,
                greatest(p.window_start, least(p.cursor, s.tau)) as cursor,
                if(p.pos > p.low_pos, greatest(p.window_start, least(p.cursor, s.prev_tau)), p.next_run_cursor)
                    as next_cursor
@@ -399,15 +402,15 @@ create or replace macro _critical_path_walk(windows) as table
         join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
     ),
     cp_segments as (
-        select rank, window_id, segment_event, category, inferred, coalesce(next_cursor, window_start) as start_ns,
-               cursor as end_ns
+        select rank, window_id, iteration, lane, segment_event, category, inferred,
+               coalesce(next_cursor, window_start) as start_ns, cursor as end_ns
         from cp_cursors
         union all
         -- after the last event of the window (or all of a window without events)
-        select rank, window_id, null, 'idle', false, coalesce(first_end, window_start), window_end
+        select rank, window_id, -1, null, null, 'idle', false, coalesce(first_end, window_start), window_end
         from cp_starts
     )
-    select rank, window_id, segment_event as event_id, category, inferred, start_ns, end_ns,
+    select rank, window_id, iteration, lane, segment_event as event_id, category, inferred, start_ns, end_ns,
            end_ns - start_ns as duration_ns
     from cp_segments
     where end_ns > start_ns;
