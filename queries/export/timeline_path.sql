@@ -5,17 +5,19 @@
 --   pid: pid of the rank's critical-path process
 --   tid: tid of its track
 --   body: the slice's JSON members except pid and tid: name = "category · where" (the category with the most of the
---     run's time, then its event where the run has one, else the track it ran on), cname (Chrome's colour for that
---     category: one colour per category), ts and dur in µs from the base, args: rank, step, track, the run's
---     segments and events (counts), first and last position (in critical_path), time_us (µs per category) and
---     longest (the five events with the most of the run's time, µs each)
+--     run's time, then its event where the run has one, else the track it ran on, without "rank R · "), cname
+--     (Chrome's colour for that category: one colour per category), ts and dur in µs from the base, args: rank,
+--     step, track, the run's segments and events (counts), first and last position (in critical_path), time_us (µs
+--     per category) and longest (the five events with the most of the run's time, µs each)
 -- notes: One slice per run of the path on one CPU thread or GPU stream (queries/export/timeline_path_runs.sql): the
 --   track's own slices under it are the path's events, and an arrow joins consecutive runs. The runs of a window
 --   tile it, so they never overlap. A slice per critical_path segment was 279k slices and 79 of the 131 MB timeline
 --   of the SD3.5 trace of bench/recorded, whose path is 13 runs.
 select r.pid, r.tid,
        '"ph":"X","cat":"critical_path","name":'
-       || to_json(r.category || coalesce(' · ' || coalesce(r.only_event, p.track), ''))
+       -- the track without its "rank R · ": the slice is on the rank's critical-path process already
+       || to_json(r.category || coalesce(' · ' || coalesce(r.only_event,
+                                                           p.track[length('rank ' || r.rank || ' · ') + 1:]), ''))
        || ',"cname":' || to_json(case r.category
               when 'compute' then 'thread_state_running' when 'communication' then 'rail_animation'
               when 'memcpy' then 'rail_load' when 'memset' then 'rail_load' when 'cpu' then 'thread_state_runnable'
