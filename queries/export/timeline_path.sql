@@ -17,7 +17,7 @@ select r.pid, r.tid,
        '"ph":"X","cat":"critical_path","name":'
        -- the track without its "rank R · ": the slice is on the rank's critical-path process already
        || to_json(r.category || coalesce(' · ' || coalesce(r.only_event,
-                                                           p.track[length('rank ' || r.rank || ' · ') + 1:]), ''))
+                                                           r.track[length('rank ' || r.rank || ' · ') + 1:]), ''))
        || ',"cname":' || to_json(case r.category
               when 'compute' then 'thread_state_running' when 'communication' then 'rail_animation'
               when 'memcpy' then 'rail_load' when 'memset' then 'rail_load' when 'cpu' then 'thread_state_runnable'
@@ -25,10 +25,14 @@ select r.pid, r.tid,
               when 'sync_wait' then 'terrible' else 'grey' end)
        || ',"ts":' || format('{}.{:03d}', (r.start_ns - $base) // 1000, (r.start_ns - $base) % 1000)
        || ',"dur":' || format('{}.{:03d}', (r.end_ns - r.start_ns) // 1000, (r.end_ns - r.start_ns) % 1000)
-       || ',"args":' || to_json({'rank': r.rank, 'step': r.step, 'track': p.track, 'segments': r.segments,
+       || ',"args":' || to_json({'rank': r.rank, 'step': r.step, 'track': r.track, 'segments': r.segments,
                                   'events': r.events, 'first_position': r.first_position,
                                   'last_position': r.last_position, 'time_us': r.time_us,
                                   'longest': r.longest}) as body
-from path_runs r
-left join placed_slices p on p.rank = r.rank and p.id = r.first_event_id
+from (select r.*, coalesce(f.track, l.track) as track
+      from path_runs r
+      -- the track of its first event, or of its last where the first is not shown (--step: a step's path may
+      -- start on an event of the step before)
+      left join placed_slices f on f.rank = r.rank and f.id = r.first_event_id
+      left join placed_slices l on l.rank = r.rank and l.id = r.last_event_id) r
 order by r.rank, r.start_ns

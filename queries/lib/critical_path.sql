@@ -319,6 +319,14 @@ create or replace macro _critical_path_walk(windows) as table
     ),
     cp_events as not materialized (select rank, id, ts, end_ns, on_gpu from _critical_path_events()),
     cp_lanes as not materialized (from _critical_path_lanes()),
+    -- where a walk may start: not on a thread of Python frames alone, whose frames last until the profiler stops
+    -- them (vLLM's usage reporter: the whole path of the MI300X decode capture trace was its 59 ms of waiting)
+    cp_start_events as not materialized (
+        select e.rank, e.id, e.ts, e.end_ns, e.on_gpu
+        from _critical_path_events() e
+        anti join (select rank, hash('thread', pid, tid) as lane from frames_only_threads()) f
+            on f.rank = e.rank and f.lane = e.lane
+    ),
     -- the jumps (few: the recursion walks from jump to jump, not through every state)
     cp_jumps as materialized (
         select rank, lane, pos, tau, next_state, to_lane, to_pos, to_tau from cp_lanes where is_jump
@@ -336,13 +344,13 @@ create or replace macro _critical_path_walk(windows) as table
         select w.rank, w.window_id, w.start_ns as window_start, w.end_ns as window_end,
                case when e.end_ns > w.start_ns then e.end_ns end as first_end
         from cp_windows w
-        asof left join (select rank, end_ns from cp_events) e on e.rank = w.rank and e.end_ns <= w.end_ns
+        asof left join (select rank, end_ns from cp_start_events) e on e.rank = w.rank and e.end_ns <= w.end_ns
     ),
     cp_starts as (
         select l.rank, l.window_id, l.window_start, l.window_end, l.first_end,
                arg_max(e.id, struct_pack(neg_ts := -e.ts, cpu := not e.on_gpu, neg_id := -e.id)) as first_id
         from cp_last_end l
-        left join cp_events e on e.rank = l.rank and e.end_ns = l.first_end
+        left join cp_start_events e on e.rank = l.rank and e.end_ns = l.first_end
         group by l.rank, l.window_id, l.window_start, l.window_end, l.first_end
     ),
     cp_first_runs as (

@@ -17,10 +17,13 @@
 --     step whose window holds GPU work queued before the profiling window is left out, unless no step of its
 --     rank and phase is complete: then all of them are used), and `basis` (complete_steps or all_steps).
 --   step_breakdown(): step_windows() with the GPU time inside each CPU step window (gpu_time_in_windows), in ns.
+--   frames_only_threads(): rank, pid, tid of each thread whose events are all Python frames, on a rank with other
+--     events: such a thread (a tqdm monitor, a serving engine's usage reporter) waits beside the work, and its
+--     frames last until the profiler stops them.
 --   step_or_trace_windows(): rank, window_id, step, start_ns, end_ns, work_end_ns: the CPU step windows of ranks
 --     with steps (window_id = step), work_end_ns the end of the step's last work (the CPU step's end or, when later,
 --     the end of its GPU window); for a rank without steps one window (window_id -1, step null) from the first start
---     to the last end of its CPU events and GPU ops (work_end_ns = end_ns).
+--     to the last end of its CPU events and GPU ops (work_end_ns = end_ns), leaving out frames_only_threads().
 --   step_members(iterations_only := false): the step of every event that belongs to one (rank, id, step): what a
 --     step's events are (see the comment above its definition); with iterations_only, of the serving iterations'
 --     steps only (marker not profiler_step: a training trace then costs nothing).
@@ -185,6 +188,13 @@ select rank, step, name, start_ns, end_ns,
        unlaunched_ns = 0 or count(*) filter (where unlaunched_ns = 0) over (partition by rank, phase) = 0 as steady
 from step_breakdown();
 
+create or replace macro frames_only_threads() as table
+    select t.rank, t.pid, t.tid
+    from (select rank, pid, tid, bool_and(kind = 'python_function') as frames_only
+          from events where ts is not null group by all) t
+    where t.frames_only
+      and exists (select 1 from events o where o.rank = t.rank and o.ts is not null and o.kind <> 'python_function');
+
 create or replace macro step_or_trace_windows() as table
     with sw_steps as materialized (
         select rank, step, start_ns, end_ns, greatest(end_ns, coalesce(gpu_end_ns, end_ns)) as work_end_ns
@@ -192,11 +202,16 @@ create or replace macro step_or_trace_windows() as table
     select rank, step as window_id, step, start_ns, end_ns, work_end_ns from sw_steps
     union all
     select rank, -1, null, min(ts), max(ts + coalesce(dur, 0)), max(ts + coalesce(dur, 0))
-    from events
-    where ts is not null
-      and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead', 'kernel', 'memcpy',
-                   'memset')
-      and rank not in (select rank from sw_steps)
+    from (
+        select e.rank, e.ts, e.dur
+        from (from events
+              where ts is not null
+                and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead', 'kernel',
+                             'memcpy', 'memset')
+                and rank not in (select rank from sw_steps)) e
+        anti join frames_only_threads() f
+            on f.rank = e.rank and f.pid is not distinct from e.pid and f.tid is not distinct from e.tid
+    )
     group by rank;
 
 -- step_members(): the step of every event that belongs to one (rank, id, step): THE definition of a step's events,

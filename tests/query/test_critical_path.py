@@ -238,3 +238,23 @@ def test_the_walk_fits_a_small_memory_limit(monkeypatch):
     assert path["step"].n_unique() == steps.height == 6
     assert path["duration_ns"].sum() == (path.group_by("step").agg(
         pl.col("window_end_ns").first() - pl.col("window_start_ns").first())["window_end_ns"].sum())
+
+
+def test_a_thread_of_python_frames_alone_neither_bounds_nor_starts_the_path():
+    """vLLM's usage reporter (and a tqdm monitor) wait on threads of their own whose Python frames last until the
+    profiler stops them: on the MI300X decode capture trace the whole path was that thread's 59 ms of waiting (20
+    segments). The window and the walk's start leave such a thread out; the path is the main thread's work."""
+    tables = tracekit.load(shared_trace("amd/mi300x_vllm_decode_graph_capture.json.gz"))
+    events = pl.from_arrow(tables.events).filter(pl.col("ts").is_not_null())
+    threads = events.group_by("rank", "pid", "tid").agg(frames_only=(pl.col("kind") == "python_function").all())
+    waiting = threads.filter("frames_only")
+    assert waiting.height == 1 and threads.height > 1
+    work = (events.join(waiting, on=["rank", "pid", "tid"], how="anti")
+            .filter(pl.col("kind").is_in(["cpu_op", "user_annotation", "python_function", "runtime", "driver",
+                                          "overhead", "kernel", "memcpy", "memset"])))
+    path = analyses.run(tables, "critical_path")
+    assert path["window_start_ns"].unique().to_list() == [work["ts"].min()]
+    assert path["window_end_ns"].unique().to_list() == [(work["ts"] + work["dur"].fill_null(0)).max()]
+    on_path = path.join(events.select("rank", pl.col("id").alias("event_id"), "pid", "tid"), on=["rank", "event_id"])
+    assert on_path.join(waiting, on=["rank", "pid", "tid"], how="semi").is_empty()
+    assert path.height > 1000 and path["duration_ns"].sum() == path["window_end_ns"][0] - path["window_start_ns"][0]
