@@ -2,9 +2,10 @@
 --   times the trace records)?
 -- inputs: events, launch_edges, sync_edges
 -- notes: A runtime/driver call that blocks until the GPU gets somewhere returns soon after the GPU op it waited for
---   ends. So: a call of a blocking class whose end comes at most 25 µs (the lag bound) after a GPU op ended inside
---   it waited for that op (the latest such op; of the call's device where the call launched something, else of any
---   device of the rank). The classes (subkind), by call name (CUDA, HIP and driver spellings alike):
+--   ends. So: a call of a blocking class whose end comes at most 25 µs (the lag bound; 100 µs for a sync call of
+--   1 ms or more) after a GPU op ended inside it waited for that op (the latest such op; of the call's device where
+--   the call launched something, else of any device of the rank). The classes (subkind), by call name (CUDA, HIP
+--   and driver spellings alike):
 --     device_sync (cudaDeviceSynchronize, hipDeviceSynchronize, cuCtxSynchronize), stream_sync (*StreamSynchronize),
 --     event_sync (*EventSynchronize), allocator (cudaMalloc/cudaFree, hipMalloc/hipFree, cuMemAlloc/cuMemFree,
 --     host allocations; not the stream-ordered *Async ones): the latest GPU op to end inside the call;
@@ -16,8 +17,12 @@
 --     for the latest op to end inside it; not when that op is one the call launched itself (then the call ran
 --     long after submitting, it was not queued).
 --   The lag bound is measured on traces with cuda_sync events (docs/critical_path.md): the recorded blocking calls
---   returned 3-13 µs after the op they waited for, blocking pageable copies 6-23 µs after their own copy (a few
---   later, left out). A call with a recorded sync edge (sync_edges, the result of sync_edges.sql) gets no inferred
+--   returned 3-15 µs after the op they waited for, blocking pageable copies 6-23 µs after their own copy (a few
+--   later, left out). A sync-class call of 1 ms or more gets 100 µs: a host thread that waits that long sleeps
+--   (CUDA's default schedule spins, then yields) and wakes later; the final 71 and 74 ms cudaStreamSynchronize of
+--   the two SD3.5 captures of bench/recorded returned 31 and 33 µs after the last GPU op ended inside them (their
+--   shorter syncs 4-8 µs), and with 25 µs the critical path read those 74 ms as host CPU time. A call with a
+--   recorded sync edge (sync_edges, the result of sync_edges.sql) gets no inferred
 --   one: recorded events take precedence. lag is the call's start minus the op's end (negative: the call was
 --   already waiting), as for sync edges.
 with calls as (
@@ -37,7 +42,10 @@ with calls as (
     where kind in ('runtime', 'driver') and dur > 0 and ts is not null
 ),
 blocking as (
-    select c.* exclude (usual_dur), 25000 as max_lag_ns
+    -- a sync call of 1 ms or more slept rather than spun, and woke later after the GPU finished (see notes)
+    select c.* exclude (usual_dur),
+           if(c.subkind in ('device_sync', 'stream_sync', 'event_sync') and c.dur >= 1000000, 100000, 25000)
+               as max_lag_ns
     from calls c
     anti join sync_edges s on s.rank = c.rank and s.dst = c.id
     where c.subkind is not null and (c.subkind <> 'launch_queue' or c.dur >= 4 * c.usual_dur)

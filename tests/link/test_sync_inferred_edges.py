@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import tracekit
-from tests.conftest import shared_trace
+from tests.conftest import REPO, shared_trace
 from tracekit.link.edges import inferred_edges
 from tracekit.query import analyses
 
@@ -69,6 +69,46 @@ def test_blocking_calls_wait_for_the_op_that_ended_just_before_they_returned(tmp
         "cudaFree": ("k3", "allocator", 1_500_000 - 1_610_000),
         "cudaEventSynchronize": ("k4", "event_sync", 1_720_000 - 1_760_000),
     }
+
+
+def test_a_sync_of_a_millisecond_or_more_may_return_up_to_100_us_after_its_op(tmp_path):
+    """A host thread that waits a long time sleeps and wakes later: a sync call of 1 ms or more gets 100 µs."""
+    tables = load(tmp_path, [
+        # a 5 ms stream sync returning 40 µs after k1 ended: an edge
+        call("cudaLaunchKernel#1", 0, 5, 1), kernel(10, 4950, 1, name="k1"),
+        call("cudaStreamSynchronize", 20, 4980, 2),
+        # a 5 ms device sync returning 150 µs after k2 ended: beyond 100 µs, no edge
+        call("cudaLaunchKernel#2", 6000, 5, 3), kernel(6010, 4840, 3, name="k2"),
+        call("cudaDeviceSynchronize", 6020, 4980, 4),
+        # a 0.9 ms event sync returning 40 µs after k3: shorter than 1 ms, 25 µs holds, no edge
+        call("cudaLaunchKernel#3", 12000, 5, 5), kernel(12010, 850, 5, name="k3"),
+        call("cudaEventSynchronize", 12000, 900, 6),
+        # a 5 ms allocator call returning 40 µs after k4: not a sync class, 25 µs holds, no edge
+        call("cudaLaunchKernel#4", 14000, 5, 7), kernel(14010, 4950, 7, name="k4"),
+        call("cudaFree", 14000, 5000, 8),
+    ])
+    assert inferred(tables) == {"cudaStreamSynchronize": ("k1", "stream_sync", 20_000 - 4_960_000)}
+
+
+@pytest.mark.parametrize("capture", ["sd35_a.json.gz", "sd35_b.json.gz"])
+def test_the_long_final_sync_of_a_recorded_inference_waits_for_the_last_gpu_op(capture):
+    """The SD3.5 captures of bench/recorded (no sync events) end with a 71-74 ms cudaStreamSynchronize that returned
+    31-33 µs after the last GPU op ended: it waited for that op (the oracle: the events' times), and the critical
+    path goes through the GPU work it waited for instead of reading those milliseconds as host CPU time."""
+    tables = tracekit.load(REPO / "bench" / "recorded" / capture)
+    events = tables.polars("events")
+    sync = events.filter(pl.col("name") == "cudaStreamSynchronize").sort("dur").tail(1)
+    start, end = sync["ts"][0], sync["ts"][0] + sync["dur"][0]
+    ops = (events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+           .with_columns(end=pl.col("ts") + pl.col("dur")))
+    last = ops.filter((pl.col("end") > start) & (pl.col("end") <= end)).sort("end", "id").tail(1)
+    assert sync["dur"][0] > 70_000_000 and 25_000 < end - last["end"][0] <= 100_000
+    edges = tables.polars("edges").filter((pl.col("kind") == "sync_inferred") & (pl.col("dst") == sync["id"][0]))
+    assert edges["src"].to_list() == last["id"].to_list()
+    path = analyses.run(tables, "critical_path")
+    waited = path.filter(pl.col("event_id") == sync["id"][0])
+    assert waited.filter(pl.col("category") == "cpu")["duration_ns"].sum() < 1_000_000
+    assert path.filter(pl.col("category").is_in(["compute", "memcpy", "memset"]))["duration_ns"].sum() > 50_000_000
 
 
 def test_a_blocking_copy_waits_for_its_own_copy_and_an_asynchronous_one_for_nothing(tmp_path):
