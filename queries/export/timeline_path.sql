@@ -27,7 +27,7 @@ select r.pid, r.tid,
        || ',"dur":' || format('{}.{:03d}', (r.end_ns - r.start_ns) // 1000, (r.end_ns - r.start_ns) % 1000)
        || ',"args":' || to_json({'rank': r.rank, 'step': r.step, 'track': r.track, 'segments': r.segments,
                                   'events': r.events, 'first_position': r.first_position,
-                                  'last_position': r.last_position, 'time_us': r.time_us,
+                                  'last_position': r.last_position, 'time_us': json(r.time_us),
                                   'longest': r.longest}) as body
 from (select r.*, coalesce(f.track, l.track) as track
       from path_runs r

@@ -13,7 +13,8 @@
 --   first_position: critical_path position of its first segment
 --   last_position: of its last
 --   category: the category with the most of the run's time (a tie: the last by name)
---   time_us: map category → µs of the run's time
+--   time_us: JSON text, an object category → µs of the run's time, most first (text: a map does not survive the
+--     timeline's Polars pass alike in every Polars version)
 --   events: events the run's segments belong to
 --   longest: the five events with the most of the run's time, as {event: name, us: µs}, most first
 --   only_event: the name of its one event, where it has one
@@ -73,7 +74,8 @@ run_spans as (
 ),
 categories as (
     select rank, window_id, run, arg_max(category, (ns, category)) as category,
-           map_from_entries(list((category, round(ns / 1000, 3)) order by ns desc, category)) as time_us
+           to_json(map_from_entries(list((category, round(ns / 1000, 3)) order by ns desc, category)))::varchar
+               as time_us
     from (select n.rank, n.window_id, n.run, s.category, sum(s.ns) as ns
           from (select rank, window_id, iteration, lane, category, sum(duration_ns) as ns from segments group by all) s
           join numbered n on n.rank = s.rank and n.window_id = s.window_id and n.iteration = s.iteration
