@@ -36,15 +36,13 @@ with
 windows as materialized (
     select rank, window_id, step, start_ns, work_end_ns as end_ns from step_or_trace_windows()
 ),
--- each segment on its event's thread or stream (without an event: the thread of the walk's run; the idle after
--- the window's last event: none)
+-- each segment on its event's lane, the walk's own thread or stream of it (without an event: the lane of the
+-- walk's run; the idle after the window's last event: none)
 segments as materialized (
     select p.rank, p.window_id, p.iteration, p.event_id, p.category, p.start_ns, p.end_ns, p.duration_ns,
-           if(p.event_id is null, p.lane,
-              if(e.kind in ('kernel', 'memcpy', 'memset'), hash('stream', e.device, e.stream),
-                 hash('thread', e.pid, e.tid))) as lane
+           coalesce(e.lane, p.lane) as lane
     from _critical_path_walk('windows') p
-    left join events e on e.rank = p.rank and e.id = p.event_id
+    left join _critical_path_events() e on e.rank = p.rank and e.id = p.event_id
 ),
 -- The walk goes down one lane at a time (a run of the walk, `iteration`), whose segments are contiguous in time;
 -- its last state may give time to an event on another lane (a launch call still running when its op started).
