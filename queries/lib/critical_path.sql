@@ -324,6 +324,7 @@ create or replace macro _critical_path_walk(windows) as table
     cp_start_events as not materialized (
         select e.rank, e.id, e.ts, e.end_ns, e.on_gpu
         from _critical_path_events() e
+        -- (a thread's lane as _critical_path_events names it)
         anti join (select rank, hash('thread', pid, tid) as lane from frames_only_threads()) f
             on f.rank = e.rank and f.lane = e.lane
     ),
