@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import cache
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -321,7 +321,7 @@ def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTa
         if chunk is None:
             return
         if len(chunk) != length or zlib.crc32(chunk) != crc:
-            chunks = _chained(chunk, chunks)
+            chunks = chain([chunk], chunks)
             break
         part = decoded(reply).shifted(first_id)
         first_id += part.entry_count
@@ -371,11 +371,6 @@ def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTa
         for _, made in pending:
             if not isinstance(made, EntryTables):
                 made[1].cancel()
-
-
-def _chained(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from rest
 
 
 @cache
