@@ -39,10 +39,9 @@ windows as materialized (
 -- each segment on its event's lane, the walk's own thread or stream of it (without an event: the lane of the
 -- walk's run; the idle after the window's last event: none)
 segments as materialized (
-    select p.rank, p.window_id, p.iteration, p.event_id, p.category, p.start_ns, p.end_ns, p.duration_ns,
-           coalesce(e.lane, p.lane) as lane
-    from _critical_path_walk('windows') p
-    left join _critical_path_events() e on e.rank = p.rank and e.id = p.event_id
+    select rank, window_id, iteration, event_id, category, start_ns, end_ns, duration_ns,
+           coalesce(event_lane, lane) as lane
+    from _critical_path_walk('windows')
 ),
 -- The walk goes down one lane at a time (a run of the walk, `iteration`), whose segments are contiguous in time;
 -- its last state may give time to an event on another lane (a launch call still running when its op started).

@@ -72,10 +72,9 @@ create or replace macro _critical_path_events() as table
                as lane,
            list_position(['user_annotation', 'python_function', 'cpu_op', 'runtime', 'driver', 'overhead'], kind)
                as cpu_kind_order,
+           -- (the category's regexes once per kernel: a CASE on it evaluated them twice)
            case when kind = 'memset' then 'memset'
-                when kind in ('kernel', 'memcpy') then
-                    case gpu_timeline_category(name, kind) when 'computation' then 'compute'
-                                                           else gpu_timeline_category(name, kind) end
+                when kind in ('kernel', 'memcpy') then replace(gpu_timeline_category(name, kind), 'computation', 'compute')
                 else 'cpu' end as category
     from events
     where ts is not null
@@ -147,7 +146,8 @@ create or replace macro _critical_path_states() as table
         where x.kind in ('launch', 'stream', 'sync', 'sync_inferred', 'stream_wait_inferred')
     ),
     cp_links as materialized (
-        select l.*, p.ts as src_ts, p.end_ns as src_end, p.on_gpu as src_on_gpu, p.category as src_category
+        select l.*, p.ts as src_ts, p.end_ns as src_end, p.on_gpu as src_on_gpu, p.category as src_category,
+               p.lane as src_lane
         from cp_link_dst l
         join cp_events p on p.rank = l.rank and p.id = l.src
     ),
@@ -181,7 +181,7 @@ create or replace macro _critical_path_states() as table
                e.id as segment_event,
                case when e.waited or e.thread_waited then 'sync_wait' else 'cpu' end as category,
                e.thread_waited or (e.waited and e.inferred) as inferred,
-               e.end_ns as tau, e.lane, e.last_pre as k1, 1 as k2, -e.pre as k3
+               e.lane as segment_lane, e.end_ns as tau, e.lane, e.last_pre as k1, 1 as k2, -e.pre as k3
         from (
             select *,
                    tw_src is not null and tw_src_t >= greatest(ts, coalesce(child_end, ts),
@@ -217,6 +217,7 @@ create or replace macro _critical_path_states() as table
                case when s.thread_waited then 'sync_wait'
                     when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
                s.thread_waited as inferred,
+               if(s.thread_waited or s.parent is not null, s.lane, null) as segment_lane,
                s.ts as tau, s.lane, s.pre as k1, 0 as k2, 0 as k3
         from (
             select s.*, tw.src as tw_src, tw.src_at_end as tw_src_at_end,
@@ -231,7 +232,7 @@ create or replace macro _critical_path_states() as table
     ),
     cp_gpu_end as (
         select rank, id, true as at_end, id as next_id, false as next_at_end, id as segment_event,
-               category, false as inferred, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
+               category, false as inferred, lane as segment_lane, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
         from cp_gpu
     ),
     -- what a GPU op's start may wait for; ready = when it let the op go
@@ -241,11 +242,11 @@ create or replace macro _critical_path_states() as table
                src_end <= dst_ts as pred_at_end,
                case when src_end <= dst_ts then dst else src end as segment_event,
                case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category,
-               false as inferred
+               false as inferred, null::ubigint as elsewhere_lane
         from cp_links
         where kind = 'stream' and src_ts <= dst_ts
         union all
-        select rank, dst, src, 2, src_end, true, dst, 'sync_wait', kind = 'stream_wait_inferred'
+        select rank, dst, src, 2, src_end, true, dst, 'sync_wait', kind = 'stream_wait_inferred', null
         from cp_links
         where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
@@ -257,7 +258,7 @@ create or replace macro _critical_path_states() as table
                l.src_end <= l.dst_ts,
                case when l.src_end <= l.dst_ts then l.dst else l.src end,
                case when l.src_end <= l.dst_ts then 'launch' else 'cpu' end,
-               false
+               false, if(l.src_end <= l.dst_ts, null, l.src_lane)
         from cp_links l
         left join cp_host_waits w on w.rank = l.rank and w.id = l.src
         where l.kind = 'launch' and l.src_ts <= l.dst_ts
@@ -265,6 +266,7 @@ create or replace macro _critical_path_states() as table
     cp_gpu_start as (
         select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end,
                c.segment_event, coalesce(c.category, 'idle') as category, coalesce(c.inferred, false) as inferred,
+               if(c.segment_event is null, null, coalesce(c.elsewhere_lane, g.lane)) as segment_lane,
                g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3
         from cp_gpu g
         left join (
@@ -274,7 +276,7 @@ create or replace macro _critical_path_states() as table
     ),
     -- states as integers: 2 * event id for the start, 2 * event id + 1 for the end
     select rank, 2 * id + at_end::int as state, 2 * next_id + next_at_end::int as next_state, segment_event,
-           category, inferred, tau, lane, k1, k2, k3
+           category, inferred, segment_lane, tau, lane, k1, k2, k3
     from (
         select * from cp_cpu_end
         union all select * from cp_cpu_start
@@ -290,7 +292,7 @@ create or replace macro _critical_path_lanes() as table
     with lanes as materialized (
         select * exclude (lane_pred), next_state is null or next_state is distinct from lane_pred as is_jump
         from (
-            select rank, lane, state, next_state, segment_event, category, inferred, tau,
+            select rank, lane, state, next_state, segment_event, category, inferred, segment_lane, tau,
                    row_number() over lane_order as pos, lag(state) over lane_order as lane_pred,
                    lag(tau) over lane_order as prev_tau
             from _critical_path_states()
@@ -310,8 +312,9 @@ create or replace macro _critical_path_lanes() as table
 
 -- _critical_path_walk(windows): the segments of critical_path_segments, without position, kind, name and carried_by,
 -- with the walk's run the segment was walked in (iteration: 0 for the run that ends the window, counting back; -1 for
--- idle after the window's last event), and lane: the thread or stream of that run (null: that idle; a run on a
--- stream gives the launch call's time before its first op started to that call, on its thread)
+-- idle after the window's last event), lane: the thread or stream of that run (null: that idle), and event_lane: the
+-- thread or stream of event_id (a run on a stream gives the launch call's time before its first op started to that
+-- call, on its thread)
 create or replace macro _critical_path_walk(windows) as table
     with recursive
     cp_windows as materialized (
@@ -404,23 +407,23 @@ create or replace macro _critical_path_walk(windows) as table
     ),
     cp_cursors as (
         select p.rank, p.window_id, p.window_start, p.iteration, p.lane, s.segment_event, s.category, s.inferred,
-               greatest(p.window_start, least(p.cursor, s.tau)) as cursor,
+               s.segment_lane, greatest(p.window_start, least(p.cursor, s.tau)) as cursor,
                if(p.pos > p.low_pos, greatest(p.window_start, least(p.cursor, s.prev_tau)), p.next_run_cursor)
                    as next_cursor
         from cp_path p
         join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
     ),
     cp_segments as (
-        select rank, window_id, iteration, lane, segment_event, category, inferred,
+        select rank, window_id, iteration, lane, segment_event, segment_lane, category, inferred,
                coalesce(next_cursor, window_start) as start_ns, cursor as end_ns
         from cp_cursors
         union all
         -- after the last event of the window (or all of a window without events)
-        select rank, window_id, -1, null, null, 'idle', false, coalesce(first_end, window_start), window_end
+        select rank, window_id, -1, null, null, null, 'idle', false, coalesce(first_end, window_start), window_end
         from cp_starts
     )
-    select rank, window_id, iteration, lane, segment_event as event_id, category, inferred, start_ns, end_ns,
-           end_ns - start_ns as duration_ns
+    select rank, window_id, iteration, lane, segment_event as event_id, segment_lane as event_lane, category,
+           inferred, start_ns, end_ns, end_ns - start_ns as duration_ns
     from cp_segments
     where end_ns > start_ns;
 
