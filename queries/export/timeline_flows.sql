@@ -2,7 +2,8 @@
 -- inputs: edges, placed_slices (rank, id, pid, tid, ts, end_ns of every slice placed), path_runs (the critical
 --   path's runs, queries/export/timeline_path_runs.sql: rank, window_start_ns, start_ns and the first and last
 --   segments with an event: first_event_id, first_event_start_ns, first_event_end_ns, last_event_id, ...), $base
---   (ns, the file's base time)
+--   (ns, the file's base time), $arrows (edges: the launch and sync arrows; path: the critical path's, which wait
+--   for its walk while the others are computed)
 -- columns:
 --   cat: launch, sync or critical_path
 --   src_pid: pid of the start's slice
@@ -36,7 +37,7 @@ edge_arrows as (
     from edges e
     join placed_slices s on s.rank = e.rank and s.id = e.src
     join placed_slices d on d.rank = e.rank and d.id = e.dst
-    where e.kind in ('launch', 'sync')
+    where e.kind in ('launch', 'sync') and $arrows = 'edges'
 ),
 path_moves as (
     select rank, last_event_id as event_id, last_event_start_ns as start_ns, last_event_end_ns as end_ns,
@@ -64,7 +65,7 @@ path_arrows as (
     from path_moves m
     join placed_slices s on s.rank = m.rank and s.id = m.event_id
     join placed_slices d on d.rank = m.rank and d.id = m.next_event
-    where m.next_event <> m.event_id and (s.pid <> d.pid or s.tid <> d.tid)
+    where m.next_event <> m.event_id and (s.pid <> d.pid or s.tid <> d.tid) and $arrows = 'path'
 ),
 placed as (
     select cat, sort, rank, src_pid, src_tid, dst_pid, dst_tid,

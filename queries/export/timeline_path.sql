@@ -13,6 +13,13 @@
 --   track's own slices under it are the path's events, and an arrow joins consecutive runs. The runs of a window
 --   tile it, so they never overlap. A slice per critical_path segment was 279k slices and 79 of the 131 MB timeline
 --   of the SD3.5 trace of bench/recorded, whose path is 13 runs.
+-- the slices of the runs' first and last events (a few), looked up once among every slice
+with ends as materialized (
+    select s.rank, s.id, s.track
+    from placed_slices s
+    semi join (select rank, first_event_id as id from path_runs union all select rank, last_event_id from path_runs) r
+        on r.rank = s.rank and r.id = s.id
+)
 select r.pid, r.tid,
        '"ph":"X","cat":"critical_path","name":'
        -- the track without its "rank R · ": the slice is on the rank's critical-path process already
@@ -33,6 +40,6 @@ from (select r.*, coalesce(f.track, l.track) as track
       from path_runs r
       -- the track of its first event, or of its last where the first is not shown (--step: a step's path may
       -- start on an event of the step before)
-      left join placed_slices f on f.rank = r.rank and f.id = r.first_event_id
-      left join placed_slices l on l.rank = r.rank and l.id = r.last_event_id) r
+      left join ends f on f.rank = r.rank and f.id = r.first_event_id
+      left join ends l on l.rank = r.rank and l.id = r.last_event_id) r
 order by r.rank, r.start_ns

@@ -170,6 +170,16 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
                     '","pid":', pl.col(f"{side}_pid"), ',"tid":', pl.col(f"{side}_tid"), ',"ts":',
                     pl.col(f"{side}_ts"), "}"]
 
+        def arrows(which: str, path_runs: pl.DataFrame | None) -> pl.DataFrame:
+            """The arrows of export/timeline_flows: the edges' (before the path is walked) or the path's."""
+            con.register("path_runs", path_runs.to_arrow() if path_runs is not None else pa.table({
+                name: pa.array([], pa.int32() if name == "rank" else pa.int64())
+                for name in ["rank", "window_start_ns", "start_ns", "first_event_id", "first_event_start_ns",
+                             "first_event_end_ns", "last_event_id", "last_event_start_ns", "last_event_end_ns"]}))
+            made = run_stage(con, ["export/timeline_flows"],
+                             parameters={"export/timeline_flows": {"base": base, "arrows": which}})
+            return pl.from_arrow(made["timeline_flows"])
+
         def metadata(names: list[str]) -> pl.DataFrame:
             return pl.DataFrame({"event": names}, schema={"event": pl.String})
 
@@ -180,31 +190,28 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
             with (gzip.open(temp, "wb", compresslevel=1) if str(path).endswith(".gz") else open(temp, "wb")) as out:
                 out.write(f'{{"traceEvents":[\n{first}'.encode())
                 write_events(out, metadata(named), [after, pl.col("event")])
-                write_events(out, slices, slice_event)  # while the path is walked
+                # while the path is walked: the slices, and the edges' arrows (written after the path's slices)
+                write_events(out, slices, slice_event)
+                edge_arrows = arrows("edges", None)
                 path_runs = runs_on_tracks(pl.from_arrow(walked()), processes) if critical_path else None
                 if path_runs is not None and step is not None:
                     path_runs = path_runs.filter(pl.col("step") == step)
-                con.register("path_runs", path_runs.to_arrow() if critical_path else pa.table({
-                    name: pa.array([], pa.int32() if name == "rank" else pa.int64())
-                    for name in ["rank", "window_start_ns", "start_ns", "first_event_id", "first_event_start_ns",
-                                 "first_event_end_ns", "last_event_id", "last_event_start_ns", "last_event_end_ns"]}))
-                made = run_stage(con, ["export/timeline_flows", *(["export/timeline_path"] if critical_path else [])],
-                                 parameters={"export/timeline_flows": {"base": base},
-                                             "export/timeline_path": {"base": base}})
-                arrows = pl.from_arrow(made["timeline_flows"])
-                flows = arrows.filter("forward").drop("forward")
+                path_arrows = arrows("path", path_runs) if critical_path else edge_arrows.clear()
                 if critical_path:
                     path_tracks = (path_runs.select("pid", "tid").unique().join(processes, on="pid")
                                    .sort("pid", "tid").select("pid", "process", "tid").iter_rows())
                     write_events(out, metadata([
                         metadata_event("thread_name", pid, process + suffix + (f" · {tid}" if tid > 1 else ""), tid)
                         for pid, process, tid in path_tracks]), [after, pl.col("event")])
-                    write_events(out, pl.from_arrow(made["timeline_path"]), slice_event)
-                # a flow's two ends one after the other
+                    path_slices = run_stage(con, ["export/timeline_path"],
+                                            parameters={"export/timeline_path": {"base": base}})["timeline_path"]
+                    write_events(out, pl.from_arrow(path_slices), slice_event)
+                # the edges' arrows, then the path's (numbered in that order); a flow's two ends one after the other
+                flows = pl.concat([edge_arrows, path_arrows]).filter("forward").drop("forward")
                 write_events(out, flows.with_row_index("id", offset=1),
                              [after, *flow_end("s", "src"), after, *flow_end('f","bp":"e', "dst")])
                 out.write(f'\n],"displayTimeUnit":"ns","baseTimeNanoseconds":{base}}}\n'.encode())
-            written.update(flows=flows.height, flows_left_out=arrows.height - flows.height,
+            written.update(flows=flows.height, flows_left_out=edge_arrows.height + path_arrows.height - flows.height,
                            path_segments=path_runs["segments"].sum() if critical_path else 0,
                            path_slices=path_runs.height if critical_path else 0)
 
