@@ -42,4 +42,4 @@ from (select r.*, coalesce(f.track, l.track) as track
       -- start on an event of the step before)
       left join ends f on f.rank = r.rank and f.id = r.first_event_id
       left join ends l on l.rank = r.rank and l.id = r.last_event_id) r
-order by r.rank, r.start_ns
+order by r.rank, r.start_ns, r.window_start_ns, r.end_ns, r.tid

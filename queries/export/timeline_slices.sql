@@ -16,8 +16,8 @@
 --     (exact to the ns as decimal text), args as written in the trace plus "rank"
 --   base_ns: ns, the earliest slice start (the file's baseTimeNanoseconds)
 -- notes: args keep the trace's text and gain "rank", so `tracekit` reads the file back with every event on its
---   rank (as a TraceFuse-merged file). Events without a timestamp are left out. Text is joined with || (format()
---   took twice as long a slice); ts and dur are never negative (the reader nulls a negative duration).
+--   rank (as a TraceFuse-merged file). Events without a timestamp are left out; a null or negative duration is
+--   written as 0 (the reader nulls negative ones). Text is joined with || (format() took twice as long a slice).
 with
 selected as materialized (
     select *, case when on_gpu then lpad(coalesce(device::varchar, pid), 9, '0') else pid end as process_key
@@ -57,7 +57,7 @@ select rank, id, ts, end_ns, process, process_order, process || ' · ' || track_
        track_order::bigint as track_order, track_key, nests,
        '"ph":"X","name":' || to_json(coalesce(name, '')) || coalesce(',"cat":' || to_json(cat), '')
        || ',"ts":' || ((ts - base_ns) // 1000) || '.' || lpad(((ts - base_ns) % 1000)::varchar, 3, '0')
-       || ',"dur":' || (coalesce(dur, 0) // 1000) || '.' || lpad((coalesce(dur, 0) % 1000)::varchar, 3, '0')
+       || ',"dur":' || (greatest(dur, 0) // 1000) || '.' || lpad((greatest(dur, 0) % 1000)::varchar, 3, '0')
        || ',"args":' || case when args is null or regexp_matches(args, '^\s*\{\s*\}\s*$') then '{"rank":' || rank || '}'
                              else regexp_replace(args, '\}\s*$', ',"rank":' || rank || '}') end as body,
        base_ns
