@@ -160,8 +160,9 @@ create or replace macro _critical_path_states() as table
           and src_end > dst_ts and src_end <= dst_end
         group by rank, dst
     ),
-    -- Every state with its predecessor (next_id, next_at_end), who owns the time since the predecessor, its lane
-    -- (thread or stream) and its place there (sort keys):
+    -- Every state with its predecessor (next_id, next_at_end), who owns the time since the predecessor (and
+    -- elsewhere_lane: that event's lane where it is not the state's, a launch call still running when its op
+    -- started), its lane (thread or stream) and its place there (sort keys):
     -- on a thread the Euler-tour order of the call tree, in which a state's predecessor is almost always the
     -- state just before it; on a stream, start and end of each op in stream order.
     -- waits between host threads (thread_wait_inferred): the other thread's point that released the waiting
@@ -181,7 +182,7 @@ create or replace macro _critical_path_states() as table
                e.id as segment_event,
                case when e.waited or e.thread_waited then 'sync_wait' else 'cpu' end as category,
                e.thread_waited or (e.waited and e.inferred) as inferred,
-               e.lane as segment_lane, e.end_ns as tau, e.lane, e.last_pre as k1, 1 as k2, -e.pre as k3
+               null::ubigint as elsewhere_lane, e.end_ns as tau, e.lane, e.last_pre as k1, 1 as k2, -e.pre as k3
         from (
             select *,
                    tw_src is not null and tw_src_t >= greatest(ts, coalesce(child_end, ts),
@@ -217,7 +218,7 @@ create or replace macro _critical_path_states() as table
                case when s.thread_waited then 'sync_wait'
                     when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
                s.thread_waited as inferred,
-               if(s.thread_waited or s.parent is not null, s.lane, null) as segment_lane,
+               null as elsewhere_lane,
                s.ts as tau, s.lane, s.pre as k1, 0 as k2, 0 as k3
         from (
             select s.*, tw.src as tw_src, tw.src_at_end as tw_src_at_end,
@@ -232,7 +233,7 @@ create or replace macro _critical_path_states() as table
     ),
     cp_gpu_end as (
         select rank, id, true as at_end, id as next_id, false as next_at_end, id as segment_event,
-               category, false as inferred, lane as segment_lane, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
+               category, false as inferred, null as elsewhere_lane, end_ns as tau, lane, k as k1, 1 as k2, 0 as k3
         from cp_gpu
     ),
     -- what a GPU op's start may wait for; ready = when it let the op go
@@ -266,7 +267,7 @@ create or replace macro _critical_path_states() as table
     cp_gpu_start as (
         select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end,
                c.segment_event, coalesce(c.category, 'idle') as category, coalesce(c.inferred, false) as inferred,
-               if(c.segment_event is null, null, coalesce(c.elsewhere_lane, g.lane)) as segment_lane,
+               c.elsewhere_lane,
                g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3
         from cp_gpu g
         left join (
@@ -276,7 +277,7 @@ create or replace macro _critical_path_states() as table
     ),
     -- states as integers: 2 * event id for the start, 2 * event id + 1 for the end
     select rank, 2 * id + at_end::int as state, 2 * next_id + next_at_end::int as next_state, segment_event,
-           category, inferred, segment_lane, tau, lane, k1, k2, k3
+           category, inferred, elsewhere_lane, tau, lane, k1, k2, k3
     from (
         select * from cp_cpu_end
         union all select * from cp_cpu_start
@@ -292,7 +293,7 @@ create or replace macro _critical_path_lanes() as table
     with lanes as materialized (
         select * exclude (lane_pred), next_state is null or next_state is distinct from lane_pred as is_jump
         from (
-            select rank, lane, state, next_state, segment_event, category, inferred, segment_lane, tau,
+            select rank, lane, state, next_state, segment_event, category, inferred, elsewhere_lane, tau,
                    row_number() over lane_order as pos, lag(state) over lane_order as lane_pred,
                    lag(tau) over lane_order as prev_tau
             from _critical_path_states()
@@ -407,7 +408,9 @@ create or replace macro _critical_path_walk(windows) as table
     ),
     cp_cursors as (
         select p.rank, p.window_id, p.window_start, p.iteration, p.lane, s.segment_event, s.category, s.inferred,
-               s.segment_lane, greatest(p.window_start, least(p.cursor, s.tau)) as cursor,
+               -- the segment's event is on the run's lane, but for a launch call's time before its op started
+               if(s.segment_event is null, null, coalesce(s.elsewhere_lane, p.lane)) as segment_lane,
+               greatest(p.window_start, least(p.cursor, s.tau)) as cursor,
                if(p.pos > p.low_pos, greatest(p.window_start, least(p.cursor, s.prev_tau)), p.next_run_cursor)
                    as next_cursor
         from cp_path p
