@@ -15,7 +15,7 @@ PACKAGE = REPO / "tracekit"
 # Lower number = lower layer. A module may import its own part and any part of a lower layer, never a higher one
 # nor another part of its own layer (diff and synth know nothing of each other).
 LAYERS = {
-    "tracekit.errors": 0, "tracekit.schema": 0, "tracekit.storage": 0, "tracekit.lazy": 0,
+    "tracekit.errors": 0, "tracekit.schema": 0, "tracekit.storage": 0, "tracekit.lazy": 0, "tracekit.machine": 0,
     "tracekit.engine": 1,
     "tracekit.read": 2,
     "tracekit.link": 3,

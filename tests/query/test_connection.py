@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from tracekit import synth
 
@@ -87,3 +89,46 @@ def test_the_analyses_connection_is_held_to_the_size_of_its_tables(monkeypatch):
     assert abs(limit_bytes(TraceTables(diagnostics=ballast)) - expected) < 2**20
     monkeypatch.setenv(connection.MEMORY_LIMIT_VARIABLE, "300MB")
     assert abs(limit_bytes(TraceTables(diagnostics=ballast)) - 300 * 10**6) < 2**20, "the user's limit"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs affinity masks (Linux) and 2 CPUs to leave one out")
+def test_a_process_pinned_to_one_cpu_runs_one_thread_of_each_kind():
+    """Under an affinity mask (taskset, a Slurm job's cpuset), DuckDB's default counts the machine's cores: a
+    connection then ran 2 threads on one CPU. Here it has one, a run of analyses runs one at a time, and a large
+    file's read starts no helper process; without the mask, more than one of each."""
+    code = ("import os, sys\n"
+            "if sys.argv[1] == 'pinned': os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+            "from tracekit.engine import connection\n"
+            "from tracekit.read.chunk_workers import ChunkHelpers\n"
+            "con = connection.connect()\n"
+            "print(con.execute(\"select current_setting('threads')\").fetchone()[0], connection.query_workers(),"
+            " ChunkHelpers().count)\n")
+    counts = {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, cwd=REPO,
+                                   timeout=120, check=True).stdout.split()
+              for mode in ("pinned", "free")}
+    assert counts["pinned"] == ["1", "1", "0"], counts
+    assert all(int(n) > 1 for n in counts["free"][:2]) and int(counts["free"][2]) >= 1, counts
+
+
+def test_a_trace_connection_runs_at_most_four_duckdb_threads_each_with_its_share_of_memory(monkeypatch):
+    """Over a trace's tables DuckDB runs at most 4 threads, fewer where fewer CPUs are usable (16 gave the report
+    no speed on 16 cores, for 17% more CPU), and the memory floor grows with the threads (16 threads ran out of the
+    256 MiB floor): 128 MiB a thread."""
+    import pyarrow as pa
+
+    from tracekit.engine import catalog, connection
+    from tracekit.engine.tables import TraceTables
+    from tracekit.machine import usable_cpus
+
+    monkeypatch.delenv(connection.MEMORY_LIMIT_VARIABLE, raising=False)
+    ballast = pa.table({"x": pa.array(range(2 * 2**20), pa.int64())})  # 16 MiB: not a small input
+    with catalog.connect(TraceTables(diagnostics=ballast), materialize=True) as con:
+        assert con.execute("select current_setting('threads')").fetchone()[0] == min(4, usable_cpus())
+    for threads, floor_mib in ((1, 256), (2, 256), (4, 512), (16, 2048)):
+        with connection.connect(threads=threads) as con:
+            connection.limit_to_input(con, 1024)
+            limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
+            expected = min(connection.physical_memory_bytes() // 2, floor_mib * 2**20)
+            assert abs(float(limit.split()[0]) * {"MiB": 2**20, "GiB": 2**30}[limit.split()[1]] - expected) < 2**20, \
+                (threads, limit)

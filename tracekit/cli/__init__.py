@@ -7,6 +7,13 @@ graph, synth), `compare` (diff), `query` (sql, run, queries, schema), `export` (
 (app.COMMAND_MODULES).
 """
 
-from tracekit.cli.app import INCOMPLETE_EXIT_CODE, main, run
+import os
+
+# numpy's OpenBLAS starts a thread per core as it loads, each spinning a while, for matrix work tracekit never does:
+# the import took 2.4 CPU s instead of 0.45 on 16 cores (bench/RESULTS.md, "Many cores"). A command is a process
+# of its own: one BLAS thread. (Before anything imports numpy; a user's own setting stays.)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from tracekit.cli.app import INCOMPLETE_EXIT_CODE, main, run  # noqa: E402
 
 __all__ = ["INCOMPLETE_EXIT_CODE", "main", "run"]

@@ -22,16 +22,21 @@ from pathlib import Path
 import duckdb
 
 from tracekit.errors import InputError
+from tracekit.machine import usable_cpus
 
 MEMORY_LIMIT_VARIABLE = "TRACEKIT_MEMORY_LIMIT"
 SPILL_ROOT_NAME = "tracekit-duckdb"
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB connection, bounded in memory and spilling into this process's temporary folder."""
+    """A new in-memory DuckDB connection, bounded in memory and spilling into this process's temporary folder, with
+    THREADS threads (default: DuckDB's, at most the CPUs this process may use)."""
     config = {"memory_limit": memory_limit(), "temp_directory": str(spill_dir())}
+    cpus = usable_cpus()
     if threads:
         config["threads"] = int(threads)
+    elif cpus < (os.cpu_count() or cpus):  # an affinity mask DuckDB's default would not see
+        config["threads"] = cpus
     try:
         con = duckdb.connect(config=config)
     except duckdb.Error as exc:
@@ -79,25 +84,36 @@ def memory_limit() -> str:
 # 1,252 vs 1,053 MB on a 240 MB trace at 1.14 GB (bench/RESULTS.md, 2026-11-25).
 INPUT_MEMORY_FACTOR = 3
 MIN_INPUT_MEMORY_BYTES = 256 * 2**20  # the critical-path walk of a 35 MB trace fits in this (tests/query)
+# ... with 2 DuckDB threads: each thread holds buffers of its own, and 16 threads over OWLv2's tables ran out of
+# 256 MiB (critical_path_top, 1 report in 6 on 16 cores: bench/RESULTS.md, "Many cores")
+MIN_THREAD_MEMORY_BYTES = MIN_INPUT_MEMORY_BYTES // 2
 
 
 def limit_to_input(con: duckdb.DuckDBPyConnection, input_bytes: int) -> None:
-    """Hold `con` to INPUT_MEMORY_FACTOR times the bytes of the tables it reads (at least MIN_INPUT_MEMORY_BYTES,
-    at most the default); a limit the user set (`TRACEKIT_MEMORY_LIMIT`) is left as it is."""
+    """Hold `con` to INPUT_MEMORY_FACTOR times the bytes of the tables it reads (at least MIN_INPUT_MEMORY_BYTES and
+    MIN_THREAD_MEMORY_BYTES per DuckDB thread, at most the default); a limit the user set (`TRACEKIT_MEMORY_LIMIT`)
+    is left as it is."""
     if os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip():
         return
-    limit = min(physical_memory_bytes() // 2, max(MIN_INPUT_MEMORY_BYTES, INPUT_MEMORY_FACTOR * input_bytes))
+    threads = con.execute("select current_setting('threads')").fetchone()[0]
+    floor = max(MIN_INPUT_MEMORY_BYTES, MIN_THREAD_MEMORY_BYTES * threads)
+    limit = min(physical_memory_bytes() // 2, max(floor, INPUT_MEMORY_FACTOR * input_bytes))
     con.execute(f"set memory_limit = '{limit // 2**20}MiB'")
 
 
 # Below this many bytes of tables, a second DuckDB thread costs more than it gives: the report's analyses of a
 # 2.5k-event trace (~1 MB of tables) took 1.0 instead of 1.2 CPU s on one thread (bench/RESULTS.md, 2026-11-25).
 SMALL_INPUT_BYTES = 8 * 2**20
+# ... and above it no more than this: on 16 cores (bench/RESULTS.md, "Many cores") a report of OWLv2 took as long
+# with 4 DuckDB threads as with 16 (3.42 against 3.32 s, medians of 3) for 17% less CPU (9.0 against 10.8 s), an
+# ingest 2.23 against 2.20 s; the analyses run up to MAX_QUERY_WORKERS queries at once besides
+MAX_INPUT_THREADS = 4
 
 
-def threads_for_input(input_bytes: int) -> int | None:
-    """DuckDB threads for a connection over tables of `input_bytes`: one for small tables, else all (None)."""
-    return 1 if input_bytes < SMALL_INPUT_BYTES else None
+def threads_for_input(input_bytes: int) -> int:
+    """DuckDB threads for a connection over tables of `input_bytes`: one for small tables, else the CPUs this process
+    may use, at most MAX_INPUT_THREADS."""
+    return 1 if input_bytes < SMALL_INPUT_BYTES else min(usable_cpus(), MAX_INPUT_THREADS)
 
 
 # Queries run at once by a run of several analyses (`analyses.run_all`), each on a thread of its own: the report's
@@ -108,8 +124,8 @@ MAX_QUERY_WORKERS = 4
 
 def query_workers(threads: int | None = None) -> int:
     """How many analyses a run runs at once: THREADS when given (a caller that caps DuckDB's threads caps this
-    too), else the machine's cores, at most MAX_QUERY_WORKERS."""
-    return threads or min(MAX_QUERY_WORKERS, os.cpu_count() or 1)
+    too), else the CPUs this process may use, at most MAX_QUERY_WORKERS."""
+    return threads or min(MAX_QUERY_WORKERS, usable_cpus())
 
 
 def physical_memory_bytes() -> int:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracekit import storage
+from tracekit.machine import usable_cpus
 
 if TYPE_CHECKING:
     from tracekit.read.columns import EntryTables
@@ -97,8 +98,7 @@ class ChunkHelpers:
         if count is None:
             import multiprocessing
 
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            count = max(0, min(cpus - 1, MAX_HELPERS)) if multiprocessing.parent_process() is None else 0
+            count = max(0, min(usable_cpus() - 1, MAX_HELPERS)) if multiprocessing.parent_process() is None else 0
         self.count = count
         self.min_text_bytes = min_text_bytes
         self.seen = 0  # bytes of JSON of the files given so far, until the helpers start
