@@ -28,15 +28,13 @@ MEMORY_LIMIT_VARIABLE = "TRACEKIT_MEMORY_LIMIT"
 SPILL_ROOT_NAME = "tracekit-duckdb"
 
 
-def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def connect(threads: int | None = None, at_most: int | None = None) -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB connection, bounded in memory and spilling into this process's temporary folder, with
-    THREADS threads (default: DuckDB's, at most the CPUs this process may use)."""
+    THREADS threads; by default DuckDB's (the machine's cores, or a container's CPU quota), but no more than the CPUs
+    this process may use (its affinity mask, which DuckDB does not see) nor AT_MOST."""
     config = {"memory_limit": memory_limit(), "temp_directory": str(spill_dir())}
-    cpus = usable_cpus()
     if threads:
         config["threads"] = int(threads)
-    elif cpus < (os.cpu_count() or cpus):  # an affinity mask DuckDB's default would not see
-        config["threads"] = cpus
     try:
         con = duckdb.connect(config=config)
     except duckdb.Error as exc:
@@ -46,6 +44,10 @@ def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
         raise
     # DuckDB 2 draws a progress bar on standard output by default: not in a tool whose output is data
     con.execute("set enable_progress_bar = false")
+    if not threads:
+        default = con.execute("select current_setting('threads')").fetchall()[0][0]
+        if (wanted := min(default, usable_cpus(), at_most or default)) != default:
+            con.execute(f"set threads = {wanted}")
     return con
 
 
@@ -95,7 +97,7 @@ def limit_to_input(con: duckdb.DuckDBPyConnection, input_bytes: int) -> None:
     is left as it is."""
     if os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip():
         return
-    threads = con.execute("select current_setting('threads')").fetchone()[0]
+    threads = con.execute("select current_setting('threads')").fetchall()[0][0]
     floor = max(MIN_INPUT_MEMORY_BYTES, MIN_THREAD_MEMORY_BYTES * threads)
     limit = min(physical_memory_bytes() // 2, max(floor, INPUT_MEMORY_FACTOR * input_bytes))
     con.execute(f"set memory_limit = '{limit // 2**20}MiB'")
@@ -111,9 +113,9 @@ MAX_INPUT_THREADS = 4
 
 
 def threads_for_input(input_bytes: int) -> int:
-    """DuckDB threads for a connection over tables of `input_bytes`: one for small tables, else the CPUs this process
-    may use, at most MAX_INPUT_THREADS."""
-    return 1 if input_bytes < SMALL_INPUT_BYTES else min(usable_cpus(), MAX_INPUT_THREADS)
+    """The most DuckDB threads for a connection over tables of `input_bytes` (`connect`'s AT_MOST): one for small
+    tables, else MAX_INPUT_THREADS."""
+    return 1 if input_bytes < SMALL_INPUT_BYTES else MAX_INPUT_THREADS
 
 
 # Queries run at once by a run of several analyses (`analyses.run_all`), each on a thread of its own: the report's

@@ -76,8 +76,8 @@ class TraceTables:
     def connect(self, con: duckdb.DuckDBPyConnection | None = None,
                 threads: int | None = None) -> duckdb.DuckDBPyConnection:
         """An embedded DuckDB connection (`connection.connect`) with every table registered as a view of the same
-        name; `threads` by default as `connection.threads_for_input` says for tables of this size."""
-        con = con or connection.connect(threads or connection.threads_for_input(self.nbytes))
+        name; `threads` by default DuckDB's, at most as `connection.threads_for_input` says for tables of this size."""
+        con = con or connection.connect(threads, at_most=connection.threads_for_input(self.nbytes))
         for name, table in self.items():
             con.register(name, table)
         con.register(peaks.TABLE, self.device_peaks if self.device_peaks is not None else peaks.default_peaks())
