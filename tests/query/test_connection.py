@@ -123,8 +123,16 @@ def test_a_trace_connection_runs_at_most_four_duckdb_threads_each_with_its_share
 
     monkeypatch.delenv(connection.MEMORY_LIMIT_VARIABLE, raising=False)
     ballast = pa.table({"x": pa.array(range(2 * 2**20), pa.int64())})  # 16 MiB: not a small input
-    with catalog.connect(TraceTables(diagnostics=ballast), materialize=True) as con:
-        assert con.execute("select current_setting('threads')").fetchone()[0] == min(4, usable_cpus())
+    def trace_threads() -> int:
+        with catalog.connect(TraceTables(diagnostics=ballast), materialize=True) as con:
+            return con.execute("select current_setting('threads')").fetchall()[0][0]
+
+    with connection.connect() as con:
+        duckdb_default = con.execute("select current_setting('threads')").fetchall()[0][0]
+    assert trace_threads() == min(4, usable_cpus(), duckdb_default)
+    # the cap reaches a trace's connection (on 2 CPUs 4 is no cap: 1 is)
+    monkeypatch.setattr(connection, "MAX_INPUT_THREADS", 1)
+    assert trace_threads() == 1
     for threads, floor_mib in ((1, 256), (2, 256), (4, 512), (16, 2048)):
         with connection.connect(threads=threads) as con:
             connection.limit_to_input(con, 1024)
