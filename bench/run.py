@@ -9,7 +9,8 @@ COMMAND (any of; `all` = every one but same-bytes):
   ingest      `tracekit ingest` against `orjson.loads` of the same (decompressed) bytes, both whole processes, and
               the import floor (a process that only imports what ingest imports); and the baseline's, with --baseline
   report      `tracekit report` against TraceLens's perf report (`--tracelens`: its venv's bin folder,
-              ../shared/peers/README.md), and against a second checkout with `--baseline`
+              ../shared/peers/README.md; then also `--no-critical-path`, like for like), and against a second
+              checkout with `--baseline`
   stages      one `report` in process, timed by stage (imports, read, link, analyses, write) and by analysis, with
               the peak RSS after each stage and how much each analysis raised it (with `--baseline`, the
               baseline's in the same rotation: the slowest analyses and the report's peak, before and after)
@@ -174,6 +175,9 @@ class Bench:
             if tracelens:
                 commands["TraceLens"] = ([str(tracelens), "--profile_json_path", str(trace), "--output_xlsx_path",
                                           self.out("tl.xlsx")], REPO)
+                # like for like: TraceLens's report has no critical path
+                commands["no critical path"] = self.tk("report", str(trace), "-o", self.out("report_ncp"), "--force",
+                                                       "--no-critical-path")
             if self.args.baseline:
                 commands["baseline"] = (tracekit_cmd("report", str(trace), "-o", self.out("base"), "--force"),
                                         self.args.baseline)
@@ -182,8 +186,10 @@ class Bench:
             row = [trace.name, f"{json_mb(trace):.1f}", t.wall, t.cpu, f"{t.peak_mb:.0f}"]
             if tracelens:
                 tl = s["TraceLens"]
+                n = s["no critical path"]
                 row += [tl.wall, tl.cpu, f"{tl.peak_mb:.0f}", f"{tl.wall / t.wall:.2f}×", f"{tl.cpu / t.cpu:.2f}×",
-                        f"{tl.peak_mb / t.peak_mb:.2f}×"]
+                        f"{tl.peak_mb / t.peak_mb:.2f}×", n.wall, f"{n.peak_mb:.0f}", f"{tl.wall / n.wall:.2f}×",
+                        f"{tl.peak_mb / n.peak_mb:.2f}×"]
             if self.args.baseline:
                 b = s["baseline"]
                 row += [b.wall, b.cpu, f"{b.peak_mb:.0f}"]
@@ -192,7 +198,8 @@ class Bench:
         header = ["trace", "JSON MB", "tracekit s", "tracekit CPU s", "tracekit peak MB"]
         if tracelens:
             header += ["TraceLens s", "TraceLens CPU s", "TraceLens peak MB", "speed-up (wall)", "speed-up (CPU)",
-                       "leaner (peak)"]
+                       "leaner (peak)", "no critical path s", "no critical path peak MB", "its speed-up",
+                       "its leaner"]
         if self.args.baseline:
             header += ["baseline s", "baseline CPU s", "baseline peak MB"]
         print("\n" + table(header, rows))

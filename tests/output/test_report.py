@@ -374,6 +374,44 @@ def test_trace_names_that_look_like_formulas_stay_text(tmp_path):
         assert not any("<f>" in z.read(n).decode() for n in z.namelist() if n.startswith("xl/worksheets/"))
 
 
+# --------------------------------------------------------------------------- without the critical path
+
+
+def test_without_the_critical_path_no_walk_runs_and_only_its_sheet_is_left_out(qwen, tmp_path, monkeypatch):
+    """`--no-critical-path`: the critical path's shared tables are never computed (its walk is the report's
+    costliest node) and the rank workbook is the default one less its Critical path sheet, cell for cell."""
+    tables, paths, _, _ = qwen
+    made: list[str] = []
+    materialize = catalog.materialize_macro
+    monkeypatch.setattr(catalog, "materialize_macro", lambda con, name: (made.append(name), materialize(con, name))[1])
+    problems: list[str] = []
+    lean = report.write_reports(tables, tmp_path, problems=problems, critical_path=False)
+    assert problems == [] and [p.name for p in lean] == ["rank0.xlsx"]
+    assert made and not [name for name in made if name.startswith(("_critical_path", "step_critical_paths"))]
+    full, without = read_workbook(paths[0]), read_workbook(lean[0])
+    assert "Critical path" in full
+    assert list(without) == [name for name in full if name != "Critical path"]
+    for name, rows in without.items():
+        assert rows == full[name], name
+    assert not [q for q in report.report_queries(critical_path=False) if catalog.walks_critical_path(q)]
+    assert {"critical_path_categories", "critical_path_steps", "critical_path_top"} <= {
+        q for q in report.report_queries() if catalog.walks_critical_path(q)}
+
+
+def test_no_critical_path_reaches_every_process_of_a_report(tmp_path):
+    """The option travels with the per-rank work to `--jobs` processes: their rank workbooks lack the sheet, and
+    ranks.xlsx (no critical path in it) is the same bytes as the default report's."""
+    traces = [f for f in synthetic.generate(tmp_path / "traces", ranks=3, steps=3, seed=3) if f.name.startswith("rank")]
+    for name, extra in (("full", []), ("lean", ["--no-critical-path"])):
+        result = run_cli("report", *map(str, traces), "-o", str(tmp_path / name), "--jobs", "2", *extra)
+        assert result.returncode == 0, result.stderr
+    for rank in range(3):
+        full = openpyxl.load_workbook(tmp_path / "full" / f"rank{rank}.xlsx", read_only=True).sheetnames
+        lean = openpyxl.load_workbook(tmp_path / "lean" / f"rank{rank}.xlsx", read_only=True).sheetnames
+        assert "Critical path" in full and lean == [n for n in full if n != "Critical path"]
+    assert (tmp_path / "lean" / "ranks.xlsx").read_bytes() == (tmp_path / "full" / "ranks.xlsx").read_bytes()
+
+
 # --------------------------------------------------------------------------- determinism
 
 

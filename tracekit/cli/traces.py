@@ -62,11 +62,15 @@ def ingest(traces, out_dir, rank, force):
 @click.option("--rank", type=int, default=None, help="Rank of a single trace file that does not say its rank.")
 @click.option("--force", is_flag=True, help="Replace workbooks of an earlier report in OUT.")
 @click.option("--wide", is_flag=True, help="Print op and kernel names whole in the summary, however wide.")
+@click.option("--critical-path/--no-critical-path", default=True, show_default=True,
+              help="The Critical path sheet of each rank (time on the path by category, per step, the ops and "
+                   "kernels on it): the report's costliest analyses, which --no-critical-path skips for a faster, "
+                   "leaner report.")
 @peak_option
 @trace_input_options
 @executor_options
 @user_errors
-def report(traces, out_dir, rank, force, wide, peak_file):
+def report(traces, out_dir, rank, force, wide, critical_path, peak_file):
     """Write the Excel performance report of traces (files, directories, or an ingested dataset)."""
     check_executor_options()
     with executor(head_start=traces) as runner:  # first: the reading starts while the imports go on
@@ -79,7 +83,7 @@ def report(traces, out_dir, rank, force, wide, peak_file):
         peak_table = read_peak_option(peak_file)
         with planned(traces, "analysing and writing the workbooks") as (inputs, progress):
             done, paths, problems = report_traces(inputs, out_dir, runner, force, rank, QUERIES, peak_table,
-                                                  as_ranks_given(), progress)
+                                                  as_ranks_given(), progress, critical_path)
     print_summary(stdout, done, paths, problems, wide)
     warn_about_failed_analyses(done.failures)
 

@@ -460,6 +460,14 @@ def analysis_inputs(name: str) -> list[str]:
     return [i for i in load_query(name).inputs if i not in tables and re.fullmatch(r"[a-z_0-9]+", i)]
 
 
+@cache
+def walks_critical_path(name: str) -> bool:
+    """Whether queries/NAME.sql, or an analysis it reads, walks the critical path (`_critical_path_walk` of
+    queries/lib/critical_path.sql): the costliest analyses of a report, which `tracekit report --no-critical-path`
+    leaves out."""
+    return any("_critical_path_walk" in called_macros(query_macros(step)) for step in analysis_order(name))
+
+
 def across_ranks(name: str) -> bool:
     """NAME combines ranks in a row (header `scope: across ranks`): it runs where the ranks' results meet."""
     return load_query(name).scope == "across ranks"

@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 import tomllib
 
-from tracekit.engine.catalog import across_ranks, analysis_order, data_dir
+from tracekit.engine.catalog import across_ranks, analysis_order, data_dir, walks_critical_path
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.inputs import Inputs
@@ -159,11 +159,13 @@ def workbook_specs() -> list[WorkbookSpec]:
     return [workbook_spec(name) for name in WORKBOOKS]
 
 
-def report_queries(rank_count: int | None = None) -> list[str]:
+def report_queries(rank_count: int | None = None, critical_path: bool = True) -> list[str]:
     """Every query the workbooks read, in the order they first appear; with `rank_count`, only those of the
-    workbooks a report of that many ranks writes (one rank: no ranks.xlsx, so none of its comparisons)."""
+    workbooks a report of that many ranks writes (one rank: no ranks.xlsx, so none of its comparisons); without
+    `critical_path`, none that walks the critical path (its sheet is then left out, as a sheet without rows)."""
     return list(dict.fromkeys(q for spec in workbook_specs() for q in spec.queries()
-                              if rank_count is None or rank_count >= spec.min_ranks))
+                              if (rank_count is None or rank_count >= spec.min_ranks)
+                              and (critical_path or not walks_critical_path(q))))
 
 
 @dataclass(frozen=True)
@@ -175,13 +177,15 @@ class Analyses:
 
 
 def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: tuple[str, ...] = (),
-                 names: list[str] | None = None, given: dict[str, pl.DataFrame] | None = None) -> Analyses:
-    """Run every query the workbooks read (and `extra` ones), each once over all ranks; or the analyses `names`.
+                 names: list[str] | None = None, given: dict[str, pl.DataFrame] | None = None,
+                 critical_path: bool = True) -> Analyses:
+    """Run every query the workbooks read (those of the critical path only with `critical_path`; and `extra` ones),
+    each once over all ranks; or the analyses `names`.
 
     `given`: results already computed elsewhere (per-rank analyses run where each rank was read), which the
     analyses reading them take as they are.
     """
-    names = names or list(dict.fromkeys(report_queries(len(tables.rank_list)) + list(extra)))
+    names = names or list(dict.fromkeys(report_queries(len(tables.rank_list), critical_path) + list(extra)))
     failures: dict[str, str] = {}
     done = iter(range(1, len(names) + 1))
     # Every thread DuckDB has: the analyses' aggregates do not depend on the order rows arrive in (queries/lib/exact.sql),
@@ -192,15 +196,16 @@ def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: t
     return Analyses(results, failures, tuple(tables.rank_list))
 
 
-def across_rank_queries(rank_count: int, extra: tuple[str, ...] = ()) -> list[str]:
-    """The cross-rank analyses (`scope: across ranks`) a report of RANK_COUNT ranks reads, and those of EXTRA."""
-    return [q for q in dict.fromkeys(report_queries(rank_count) + list(extra)) if across_ranks(q)]
+def across_rank_queries(rank_count: int, extra: tuple[str, ...] = (), critical_path: bool = True) -> list[str]:
+    """The cross-rank analyses (`scope: across ranks`) a report of RANK_COUNT ranks reads (as `report_queries`),
+    and those of EXTRA."""
+    return [q for q in dict.fromkeys(report_queries(rank_count, critical_path) + list(extra)) if across_ranks(q)]
 
 
-def per_rank_report_queries(extra: tuple[str, ...] = ()) -> list[str]:
-    """The analyses of a report that run on each rank's own tables: the per-rank ones the workbooks read, and those
-    the cross-rank ones read."""
-    wanted = report_queries() + list(extra)
+def per_rank_report_queries(extra: tuple[str, ...] = (), critical_path: bool = True) -> list[str]:
+    """The analyses of a report that run on each rank's own tables: the per-rank ones the workbooks read (as
+    `report_queries`), and those the cross-rank ones read."""
+    wanted = report_queries(critical_path=critical_path) + list(extra)
     inputs = [step for name in wanted if across_ranks(name) for step in analysis_order(name) if not across_ranks(step)]
     return list(dict.fromkeys([name for name in wanted if not across_ranks(name)] + inputs))
 
@@ -271,8 +276,10 @@ def existing_workbooks(out_dir: Path) -> list[Path]:
 
 
 def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, analyses_done: Analyses | None = None,
-                  problems: list[str] | None = None, progress: Progress | None = None) -> list[Path]:
+                  problems: list[str] | None = None, progress: Progress | None = None,
+                  critical_path: bool = True) -> list[Path]:
     """Write rankN.xlsx for every rank and, with several ranks, ranks.xlsx into `out_dir`; return their paths.
+    Without `critical_path`, the analyses of the Critical path sheet are not run and the sheet is left out.
 
     Existing workbooks of a previous report in `out_dir` are replaced only with `force` (those this report does not
     write again, e.g. rank7.xlsx of an 8-rank run, are removed then, so the folder describes one run).
@@ -280,7 +287,7 @@ def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, an
     """
     out_dir = Path(out_dir)
     check_out_dir(out_dir, force)
-    done = analyses_done or run_analyses(tables, progress)
+    done = analyses_done or run_analyses(tables, progress, critical_path=critical_path)
     jobs = workbook_jobs(done.ranks)
     with staged_workbooks(out_dir) as staging:
         notes = write_workbooks(done, jobs, [staging / workbook_name(job) for job in jobs], progress)
@@ -291,20 +298,24 @@ def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, an
 
 def report(inputs: Inputs, out_dir: Path, executor=None, force: bool = False, rank: int | None = None,
            extra: tuple[str, ...] = (), peaks=None, as_ranks: bool = False,
-           progress: ReadProgress | None = None) -> tuple[Analyses, list[Path], list[str]]:
+           progress: ReadProgress | None = None, critical_path: bool = True) -> tuple[Analyses, list[Path], list[str]]:
     """`tracekit report`: the plan (`pipeline.run_plan`) on EXECUTOR, each task running its ranks' analyses and
     writing their workbooks (`report_job`); the cross-rank analyses (`scope: across ranks`, over the per-rank
-    results) and ranks.xlsx here. Returns the analyses, the workbooks written and the problems."""
+    results) and ranks.xlsx here; the critical path's analyses only with `critical_path`. Returns the analyses,
+    the workbooks written and the problems."""
     out_dir = Path(out_dir)
     check_out_dir(out_dir, force, inputs=inputs.given)
     in_process = executor is None or executor.in_process  # then one task holds every rank (pipeline.run_plan)
     with staged_workbooks(out_dir) as staging:
-        done = run_plan(inputs, report_job, (per_rank_report_queries(extra), staging, peaks, in_process, extra),
+        done = run_plan(inputs, report_job,
+                        (per_rank_report_queries(extra, critical_path), staging, peaks, in_process, extra,
+                         critical_path),
                         executor, rank, as_ranks, progress)
         parts: list[ReportPart] = done.results
         results = analyses.combine_ranks([p.results for p in parts])
         failures = {name: why for p in parts for name, why in p.failures.items()}
-        across = [q for q in across_rank_queries(len(done.ranks), extra) if q not in results and q not in failures]
+        across = [q for q in across_rank_queries(len(done.ranks), extra, critical_path)
+                  if q not in results and q not in failures]
         if across:
             small = TraceTables(ranks=pa.concat_tables([p.ranks for p in parts]).sort_by("rank"),
                                 diagnostics=done.diagnostics)
@@ -330,13 +341,14 @@ class ReportPart:
 
 
 def report_job(tables: TraceTables, names: list[str], staging: Path, peaks=None, whole: bool = False,
-               extra: tuple[str, ...] = ()) -> ReportPart:
+               extra: tuple[str, ...] = (), critical_path: bool = True) -> ReportPart:
     """A task's part of a report: the per-rank analyses NAMES over its ranks, and their workbooks written into
     STAGING. A task that holds every rank (`whole`) runs the cross-rank ones too (those of its rank count, and of
     EXTRA), on the same connection: on a connection of their own after the workbooks, they were 0.03 s of a
     single-rank report."""
     if whole:
-        names = names + [q for q in across_rank_queries(len(tables.rank_list), extra) if q not in names]
+        names = names + [q for q in across_rank_queries(len(tables.rank_list), extra, critical_path)
+                         if q not in names]
     done = run_analyses(tables.with_peaks(peaks), names=names)
     jobs = workbook_jobs(done.ranks, per_rank=True)
     problems = write_workbooks(done, jobs, [staging / workbook_name(job) for job in jobs])
