@@ -15,8 +15,8 @@ COMMAND (any of; `all` = every one but same-bytes):
               the peak RSS after each stage and how much each analysis raised it (with `--baseline`, the
               baseline's in the same rotation: the slowest analyses and the report's peak, before and after)
   timeline    `tracekit timeline` against `tracekit ingest` (and the baseline's timeline with `--baseline`)
-  diff        `tracekit diff` of three pairs (V100 workers0/workers4, H100/MI300X Qwen, two SD3.5 captures) against
-              loading each run (and the baseline's diff with `--baseline`)
+  diff        `tracekit diff` of three pairs (V100 workers0/workers4, H100/MI300X Qwen, two SD3.5 captures), and
+              with `--no-critical-path`, against loading each run (and the baseline's diff with `--baseline`)
   sql         `tracekit sql` (a count over events, on the trace and on its ingested dataset) and
               `tracekit run kernel_summary`, against a load
   exports     the other commands that read a trace: `export chakra`, `replay` (the whole trace, and its first
@@ -296,21 +296,25 @@ class Bench:
                 print(f"\n(left out: {a.name} vs {b.name}, not found under {SHARED})")
                 continue
             commands = {"diff": self.tk("diff", str(a), str(b), "-o", self.out("diff.xlsx"), "--force"),
+                        "no critical path": self.tk("diff", str(a), str(b), "-o", self.out("diff_ncp.xlsx"),
+                                                    "--force", "--no-critical-path"),
                         "load A": ([sys.executable, "-c", LOAD, str(a)], REPO),
                         "load B": ([sys.executable, "-c", LOAD, str(b)], REPO)}
             if self.args.baseline:
                 commands["baseline"] = (tracekit_cmd("diff", str(a), str(b), "-o", self.out("base.xlsx"), "--force"),
                                         self.args.baseline)
             s = alternate(commands, self.args.repeat)
-            d, la, lb = s["diff"], s["load A"], s["load B"]
+            d, n, la, lb = s["diff"], s["no critical path"], s["load A"], s["load B"]
             row = [f"{a.name} vs {b.name}", d.wall, la.wall + lb.wall, d.wall - la.wall - lb.wall, d.cpu,
-                   la.cpu + lb.cpu, d.cpu - la.cpu - lb.cpu, f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}"]
+                   la.cpu + lb.cpu, d.cpu - la.cpu - lb.cpu, f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}",
+                   n.wall, n.wall - la.wall - lb.wall, f"{n.peak_mb:.0f}"]
             if self.args.baseline:
                 row += [s["baseline"].wall, s["baseline"].cpu, f"{s['baseline'].peak_mb:.0f}"]
             rows.append(row)
             print(".", end="", flush=True)
         header = ["pair", "diff s", "load A + load B s", "diff − loads s", "diff CPU s", "loads CPU s",
-                  "diff − loads CPU s", "diff peak MB", "load peak MB (larger)"]
+                  "diff − loads CPU s", "diff peak MB", "load peak MB (larger)", "no critical path s",
+                  "no critical path − loads s", "no critical path peak MB"]
         if self.args.baseline:
             header += ["baseline s", "baseline CPU s", "baseline peak MB"]
         print("\n" + table(header, rows))

@@ -18,6 +18,9 @@ from tests.conftest import shared_trace
 from tracekit import diff, synth
 from tracekit.cli import main
 from tracekit.diff import verdicts
+from tracekit.engine import catalog
+from tracekit.executors import ProcessPool
+from tracekit.inputs import resolve_inputs
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hand-built sides: per-step op results, from which totals and steps are made as the analyses would.
@@ -311,6 +314,44 @@ def test_cli_rejects_an_unknown_metric_with_exit_code_2(tmp_path):
     out = CliRunner().invoke(main, ["diff", str(tmp_path), str(tmp_path), "--fail-on-regression", "5",
                                     "--metric", "bogus"])
     assert out.exit_code == 2 and "bogus" in out.output
+
+
+
+def workbook_cells(path) -> dict[str, list[tuple]]:
+    book = openpyxl.load_workbook(path, read_only=True)
+    cells = {sheet.title: list(sheet.iter_rows(values_only=True)) for sheet in book.worksheets}
+    book.close()
+    return cells
+
+
+def test_no_critical_path_skips_the_walk_and_leaves_out_only_its_section(tmp_path, monkeypatch):
+    """`--no-critical-path`: neither side computes the critical path's shared tables (its costliest analyses), and
+    the diff workbook is the default one less its Critical path sheet, cell for cell; the option reaches the
+    processes of `--jobs`."""
+    runs = [tmp_path / name for name in ("a", "b")]
+    for noise_seed, run in enumerate(runs, 1):
+        synth.generate(run, ranks=2, steps=5, seed=2, noise=0.02, noise_seed=noise_seed)
+    lean_sections = diff.without_critical_path(diff.SECTIONS)
+    assert set(diff.SECTIONS) - set(lean_sections) == {"critical_path"}
+    made: list[str] = []
+    materialize = catalog.materialize_macro
+    monkeypatch.setattr(catalog, "materialize_macro", lambda con, name: (made.append(name), materialize(con, name))[1])
+    side = diff.summarize(tracekit.load(runs[0]), "a", lean_sections)
+    assert "critical_path_summary" not in side.results and "op_summary" in side.results
+    with ProcessPool(2) as pool:  # each rank's file summarised in a worker process, as --jobs 2
+        side = diff.summarize_inputs(resolve_inputs(runs[0]), "a", pool, sections=lean_sections)
+    assert "critical_path_summary" not in side.results and "op_summary" in side.results
+    for name, extra in (("full", []), ("lean", ["--no-critical-path"]), ("jobs", ["--no-critical-path", "--jobs", "2"])):
+        made.clear()
+        out = CliRunner().invoke(main, ["diff", *map(str, runs), "-o", str(tmp_path / f"{name}.xlsx"), *extra])
+        assert out.exit_code == 0, out.output
+        walked = [macro for macro in made if "critical_path" in macro]
+        assert walked if name == "full" else not walked, name  # (--jobs: in its processes, not seen here)
+    full, lean = workbook_cells(tmp_path / "full.xlsx"), workbook_cells(tmp_path / "lean.xlsx")
+    assert "Critical path" in full and list(lean) == [name for name in full if name != "Critical path"]
+    for name, rows in lean.items():
+        assert rows == full[name], name
+    assert (tmp_path / "jobs.xlsx").read_bytes() == (tmp_path / "lean.xlsx").read_bytes()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -72,10 +72,14 @@ class SidesCommand(click.Command):
 @click.option("--force", is_flag=True, help="Replace an existing workbook at --out.")
 @click.option("--wide", is_flag=True, help="Print item names whole in the table, however wide (default: shortened in "
                                            "the middle to fit the terminal, distinct names kept distinct).")
+@click.option("--critical-path/--no-critical-path", default=True, show_default=True,
+              help="Compare the critical paths by category: each side's costliest analyses, which --no-critical-path "
+                   "skips for a faster diff.")
 @trace_input_options
 @executor_options
 @user_errors
-def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide):
+def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, top, fmt, out_path, force, wide,
+                 critical_path):
     """Compare two runs. BASELINE and CANDIDATE are each a trace file, a directory of ranks, an ingested dataset,
     or a directory of captures (one subdirectory per capture of one configuration). With several captures a side
     (A1 A2 ... -- B1 B2 ...), the verdicts test between-capture variance, captures as blocks."""
@@ -90,11 +94,13 @@ def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, to
         if out_path is not None:
             check_output_file(out_path, paths, force, WORKBOOK_FILE_HINT)
         sides = split_sides(runs)
-        summaries = summarized(sides, runner)
+        sections = diff.SECTIONS if critical_path else diff.without_critical_path(diff.SECTIONS)
+        summaries = summarized(sides, runner, sections)
     for side in (s for captures in summaries for s in captures):
         warn_about_failed_analyses({f"{name} (on {side.label})": why for name, why in side.failures.items()})
     with working("comparing the runs"):
-        result = diff.compare(*summaries, alpha=alpha, warmup_steps=warmup_steps, host_floor_percent=host_floor)
+        result = diff.compare(*summaries, alpha=alpha, warmup_steps=warmup_steps, host_floor_percent=host_floor,
+                              sections=sections)
     gated = None
     if fail_percent is not None or metric != "step_time":
         try:  # before anything is printed: a bad name is one line, not a diff followed by an error
@@ -145,15 +151,15 @@ def split_sides(runs: tuple[str, ...]) -> tuple[list[tuple[Inputs, str]], list[t
     return tuple(sides)
 
 
-def summarized(sides, runner) -> list[list[diff.Side]]:
-    """Each capture summarised on the executor RUNNER, one run at a time (each is summarised before the next is
-    read)."""
-    return [[summarize_capture(c, label, runner) for c, label in captures] for captures in sides]
+def summarized(sides, runner, sections) -> list[list[diff.Side]]:
+    """Each capture summarised for SECTIONS on the executor RUNNER, one run at a time (each is summarised before the
+    next is read)."""
+    return [[summarize_capture(c, label, runner, sections) for c, label in captures] for captures in sides]
 
 
-def summarize_capture(inputs: Inputs, label: str, runner) -> diff.Side:
+def summarize_capture(inputs: Inputs, label: str, runner, sections) -> diff.Side:
     with planned(inputs, f"analysing {label}") as (inputs, progress):
-        return diff.summarize_inputs(inputs, label, runner, as_ranks_given(), progress)
+        return diff.summarize_inputs(inputs, label, runner, as_ranks_given(), progress, sections)
 
 
 def signed_percent(value: float | None) -> str:

@@ -57,10 +57,11 @@ def summarize(tables: TraceTables, label: str, sections: dict[str, Section] = SE
 
 
 def summarize_inputs(inputs: Inputs, label: str, executor=None, as_ranks: bool = False,
-                     progress: Progress | None = None) -> Side:
+                     progress: Progress | None = None, sections: dict[str, Section] = SECTIONS) -> Side:
     """`summarize` of one run's traces: the plan (`pipeline.run_plan`) on EXECUTOR, each task summarising its
     ranks (`summarize_ranks`), joined here."""
-    return combined_side(label, run_plan(inputs, summarize_ranks, (), executor, None, as_ranks, progress).results)
+    return combined_side(label, run_plan(inputs, summarize_ranks, (sections,), executor, None, as_ranks,
+                                         progress).results)
 
 
 def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS) -> SidePart:

@@ -137,6 +137,14 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
 )}
 
 
+def without_critical_path(sections: dict[str, Section]) -> dict[str, Section]:
+    """SECTIONS less those whose analyses walk the critical path (`tracekit diff --no-critical-path`): the costliest
+    analyses of each side."""
+    from tracekit.engine.catalog import walks_critical_path
+
+    return {name: s for name, s in sections.items() if not any(map(walks_critical_path, s.analyses))}
+
+
 def totals_analyses(sections: dict[str, Section]) -> tuple[str, ...]:
     """The analyses a diff runs over each whole trace."""
     return tuple(dict.fromkeys(name for s in sections.values() for name in s.analyses))
