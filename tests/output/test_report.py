@@ -506,16 +506,21 @@ def test_a_sheet_whose_query_does_not_exist_is_reported_not_silently_skipped(tmp
     monkeypatch.setattr(report, "reports_dir", lambda: definitions)
     for cached in (report.workbook_spec, report.style):
         cached.cache_clear()
+    written = {}
     try:
-        problems: list[str] = []
-        paths = report.write_reports(tables, tmp_path / "out", problems=problems)
+        for critical_path in (True, False):  # without the critical path too: a missing query is no path's
+            problems: list[str] = []
+            paths = report.write_reports(tables, tmp_path / str(critical_path), problems=problems,
+                                         critical_path=critical_path)
+            written[critical_path] = (openpyxl.load_workbook(paths[0], read_only=True).sheetnames, problems)
     finally:
         monkeypatch.undo()
         for cached in (report.workbook_spec, report.style):
             cached.cache_clear()
-    assert openpyxl.load_workbook(paths[0], read_only=True).sheetnames == ["GPU timeline"]
-    assert problems == ["rank.toml sheet 'Future': left out query no_such_query: "
-                        "queries/no_such_query.sql does not exist"]
+    for sheets, problems in written.values():
+        assert sheets == ["GPU timeline"]
+        assert problems == ["rank.toml sheet 'Future': left out query no_such_query: "
+                            "queries/no_such_query.sql does not exist"]
 
 
 def test_an_analysis_that_runs_out_of_memory_fails_alone(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from tracekit.diff.measures import (
     step_time_measures,
     timeline_measures,
 )
+from tracekit.engine import catalog
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,7 @@ SECTIONS: dict[str, Section] = {s.name: s for s in (
 def without_critical_path(sections: dict[str, Section]) -> dict[str, Section]:
     """SECTIONS less those whose analyses walk the critical path (`tracekit diff --no-critical-path`): the costliest
     analyses of each side."""
-    from tracekit.engine.catalog import walks_critical_path
-
-    return {name: s for name, s in sections.items() if not any(map(walks_critical_path, s.analyses))}
+    return {name: s for name, s in sections.items() if not any(map(catalog.walks_critical_path, s.analyses))}
 
 
 def totals_analyses(sections: dict[str, Section]) -> tuple[str, ...]:

@@ -464,8 +464,12 @@ def analysis_inputs(name: str) -> list[str]:
 def walks_critical_path(name: str) -> bool:
     """Whether queries/NAME.sql, or an analysis it reads, walks the critical path (`_critical_path_walk` of
     queries/lib/critical_path.sql): the costliest analyses of a report, which `tracekit report --no-critical-path`
-    leaves out."""
-    return any("_critical_path_walk" in called_macros(query_macros(step)) for step in analysis_order(name))
+    leaves out. A missing analysis walks nothing (running it says it is missing)."""
+    try:
+        order = analysis_order(name)
+    except FileNotFoundError:
+        return False
+    return any("_critical_path_walk" in called_macros(query_macros(step)) for step in order)
 
 
 def across_ranks(name: str) -> bool:
