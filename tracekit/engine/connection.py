@@ -45,10 +45,16 @@ def connect(threads: int | None = None, at_most: int | None = None) -> duckdb.Du
     # DuckDB 2 draws a progress bar on standard output by default: not in a tool whose output is data
     con.execute("set enable_progress_bar = false")
     if not threads:
-        default = con.execute("select current_setting('threads')").fetchall()[0][0]
+        default = duckdb_threads(con)
         if (wanted := min(default, usable_cpus(), at_most or default)) != default:
             con.execute(f"set threads = {wanted}")
     return con
+
+
+def duckdb_threads(con: duckdb.DuckDBPyConnection) -> int:
+    """The threads `con`'s database runs (read whole: DuckDB 2.0.1 refuses a statement after an unfinished
+    result)."""
+    return con.execute("select current_setting('threads')").fetchall()[0][0]
 
 
 # A safe connection runs SQL written by others (`tracekit sql --safe`, `tracekit.open(..., safe=True)`): DuckDB may
@@ -97,8 +103,7 @@ def limit_to_input(con: duckdb.DuckDBPyConnection, input_bytes: int) -> None:
     is left as it is."""
     if os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip():
         return
-    threads = con.execute("select current_setting('threads')").fetchall()[0][0]
-    floor = max(MIN_INPUT_MEMORY_BYTES, MIN_THREAD_MEMORY_BYTES * threads)
+    floor = max(MIN_INPUT_MEMORY_BYTES, MIN_THREAD_MEMORY_BYTES * duckdb_threads(con))
     limit = min(physical_memory_bytes() // 2, max(floor, INPUT_MEMORY_FACTOR * input_bytes))
     con.execute(f"set memory_limit = '{limit // 2**20}MiB'")
 
