@@ -49,8 +49,11 @@ def build_edges(tables: TraceTables) -> TraceTables:
     with ThreadPoolExecutor(1, thread_name_prefix="tracekit-nest") as pool:
         nesting = pool.submit(nest_edges, tables.events)
         with tables.connect() as con:
-            # each pass after the passes whose results it reads (their `inputs:` headers), each computed once
-            made = catalog.run_stage(con, [f"link/{name}" for name in LINK_RESULTS])
+            # each pass after the passes whose results it reads (their `inputs:` headers), each computed once, into
+            # a temp table: a result fetched as Arrow would be bound twice (once for its schema, once to run it),
+            # and the passes after it scan a table faster than Arrow
+            catalog.run_stage(con, [f"link/{name}" for name in LINK_RESULTS], temp_tables=True)
+            made = {name: con.table(name).to_arrow_table() for name in LINK_RESULTS}
         nest, nest_notes = nesting.result()
     launch, stream, sync, sync_inferred, stream_wait_inferred, thread_wait_inferred, flow = (
         made[name] for name in ("launch_edges", "stream_edges", "sync_edge_pairs", "sync_inferred_edges",
