@@ -20,32 +20,61 @@
 --   querying events) would wake on anything. Seen on the shared traces: lags of 43-169 µs (autograd hand-over and
 --   return on the V100 ResNet and MI300X ResNet traces; 277-423 µs on the A100 DDP trace), gaps of 5-144 ms.
 --   Evidence and limits: docs/critical_path.md.
--- Plan: two windows over the points (threads as a hash of pid and tid: integer sort keys), one per thread for a
---   point's gap and one per rank for the point just before it, each sorting on (t, ends first, id). This replaced
---   a CTE of the points in that order and an ASOF join on a 128-bit key: the same CPU with DuckDB 2.0 and 20-27 MB
---   less memory (the link's largest pass: +79 -> +60 MB on the vLLM trace, +98 -> +71 MB on MI300X resnet x4;
---   the same edges on the 40 shared traces).
+-- Plan: no sort of every point (a window per thread and one per rank over them until 2026-11-27, the link's costliest
+--   pass: OWLv2 0.051 -> 0.028 s, its ingest's peak 315 -> 290 MB; the same edges on the 43 shared and recorded
+--   traces). Points fall in 1 ms buckets (t floored to the ms), where a thread's points are less than 1 ms apart: a
+--   thread waited only before the first point of one of its buckets, for the time since the last point of its
+--   previous non-empty bucket (an aggregation per thread and bucket, and a window over those rows). The rank's
+--   point just before such a point (order: t, then ends before starts, then id) is the one before it in its bucket,
+--   or else the last of the bucket before (an earlier one is more than 1 ms before): the points are sorted only in
+--   the buckets where a thread wakes, each bucket apart.
 with points as (
-    select rank, id, hash(pid, tid) as thread, false as is_end, ts as t from events
-    where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
-    union all
-    select rank, id, hash(pid, tid), true, ts + greatest(coalesce(dur, 0), 0) from events
-    where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
+    select *, (t - ((t % 1000000) + 1000000) % 1000000) // 1000000 as bucket
+    from (
+        select rank, id, hash(pid, tid) as thread, false as is_end, ts as t from events
+        where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
+        union all
+        select rank, id, hash(pid, tid), true, ts + greatest(coalesce(dur, 0), 0) from events
+        where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
+    )
 ),
--- each point with the point just before it on its thread (the gap since) and on the rank (any thread); the rank's
--- time order: t, then ends before starts, then id
-flagged as (
-    select rank, id, thread, is_end, t,
-           t - lag(t) over (partition by rank, thread order by t, is_end desc, id) as gap,
-           lag(id) over rank_order as prev_id, lag(thread) over rank_order as prev_thread,
-           lag(is_end) over rank_order as prev_is_end, lag(t) over rank_order as prev_t
+-- each thread's buckets: the first point (in the rank's order) and the last time
+thread_buckets as (
+    select rank, thread, bucket, max(t) as last_t,
+           arg_min(struct_pack(id, is_end, t), struct_pack(t, is_start := not is_end, id)) as first
     from points
-    window rank_order as (partition by rank order by t, is_end desc, id)
+    group by rank, thread, bucket
+),
+-- the first point of a bucket after a gap of 1 ms or more on its thread (or its thread's first point)
+waking as (
+    select rank, thread, bucket, first.id, first.is_end, first.t, gap
+    from (select *, first.t - lag(last_t) over (partition by rank, thread order by bucket) as gap
+          from thread_buckets)
+    where gap is null or gap >= 1000000
+),
+-- the rank's point before each point of a bucket where a thread wakes, within the bucket
+in_bucket as (
+    select rank, id, is_end,
+           lag(struct_pack(id, thread, is_end, t)) over (partition by rank, bucket order by t, is_end desc, id) as prev
+    from points
+    semi join (select distinct rank, bucket from waking) w on w.rank = points.rank and w.bucket = points.bucket
+),
+-- the last point of each bucket
+bucket_last as (
+    select rank, bucket, arg_max(struct_pack(id, thread, is_end, t), struct_pack(t, is_start := not is_end, id)) as last
+    from points
+    group by rank, bucket
+),
+before as (
+    select w.*, coalesce(b.prev, l.last) as prev
+    from waking w
+    join in_bucket b on b.rank = w.rank and b.id = w.id and b.is_end = w.is_end
+    left join bucket_last l on l.rank = w.rank and l.bucket = w.bucket - 1
 )
-select rank, prev_id as src, id as dst, 'thread_wait_inferred' as kind,
-       case when prev_is_end then 'end' else 'start' end || '_' || case when is_end then 'end' else 'start' end
+select rank, prev.id as src, id as dst, 'thread_wait_inferred' as kind,
+       case when prev.is_end then 'end' else 'start' end || '_' || case when is_end then 'end' else 'start' end
            as subkind,
-       t - prev_t as lag
-from flagged
-where (gap is null or gap >= 1000000) and prev_thread <> thread
-  and t - prev_t <= 1000000 and (gap is null or (t - prev_t) * 10 <= gap)
+       t - prev.t as lag
+from before
+where prev.thread <> thread and t - prev.t <= 1000000 and (gap is null or (t - prev.t) * 10 <= gap)
+order by rank, t, is_end desc, id

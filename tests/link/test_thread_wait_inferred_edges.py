@@ -7,6 +7,7 @@ import json
 import random
 
 import polars as pl
+import pytest
 
 import tracekit
 from tracekit.query import analyses
@@ -69,6 +70,14 @@ def test_the_critical_path_follows_the_wait_to_the_other_thread(tmp_path):
     assert path["duration_ns"].sum() == 9_000_000
 
 
+def test_a_wait_across_time_zero(tmp_path):
+    """Thread 1 idles 1,100 µs from -900 µs (`a`, zero length) to 200 µs (`b`); thread 2's `c` ends 100 µs before `b`
+    starts (lag 100 µs <= gap/10 = 110 µs): `b` waited for `c`'s end. The query's 1 ms buckets must floor negative
+    times (truncated, -900 µs and 200 µs would share a bucket and `b` would not look like a thread waking up)."""
+    events = [op("c", -2000, 2100, 2), op("a", -900, 0, 1), op("b", 200, 10, 1)]
+    assert thread_waits(load(tmp_path, events)) == thread_waits_oracle(events) == {("c", "b", "end_start", 100_000)}
+
+
 def thread_waits_oracle(events: list[dict]) -> set[tuple[str, str, str, int]]:
     """The rule of the query's header, point by point in Python: every point in the rank's time order (t, ends
     before starts, then entry order); a point whose thread had no point for ≥ 1 ms (or its thread's first) waited
@@ -89,17 +98,19 @@ def thread_waits_oracle(events: list[dict]) -> set[tuple[str, str, str, int]]:
     return waits
 
 
-def test_thread_waits_against_the_rule_point_by_point_with_ties(tmp_path):
-    """Random events on three threads, on a coarse grid so that points tie (zero durations too): ties are where
-    the order of the points (t, ends first, entry order) decides which point a wait follows."""
-    rng = random.Random(3)
+@pytest.mark.parametrize("seed, grid, start", [(3, 500, 0), (5, 250, 0), (7, 250, -3_000), (11, 125, 1_000_001)])
+def test_thread_waits_against_the_rule_point_by_point_with_ties(tmp_path, seed, grid, start):
+    """Random events on three threads, on a coarse grid (µs) so that points tie (zero durations too): ties are where
+    the order of the points (t, ends first, entry order) decides which point a wait follows. The query looks for a
+    wait's point in 1 ms buckets: the grids put points on and beside the buckets' bounds, before time 0 too."""
+    rng = random.Random(seed)
     events = []
     for tid in (1, 2, 3):
-        ts = rng.randrange(0, 3) * 500
+        ts = start + rng.randrange(0, 3) * grid
         for _ in range(60):
-            dur = rng.choice([0, 500, 1000, 1500])
+            dur = rng.choice([0, 1, 2, 3]) * grid
             events.append(op(f"t{tid}_{len(events)}", ts, dur, tid))
-            ts += dur + rng.choice([0, 0, 500, 1000, 1500, 3000, 12000])
+            ts += dur + rng.choice([0, 0, 1, 2, 3, 6, 24]) * grid
     rng.shuffle(events)
     expected = thread_waits_oracle(events)
     assert len(expected) >= 10  # the grid makes waits, and ties among them
