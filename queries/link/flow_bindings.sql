@@ -17,8 +17,11 @@ with endpoints as (
     select rank, id, flow_id, phase, cat, pid, tid, ts from flows
     where cat = 'fwdbwd' and phase in ('s', 'f')
 ),
+-- the ops of the threads endpoints sit on (none without fwdbwd flows: serving traces)
 ops as (
     select rank, pid, tid, id, ts, ts + coalesce(dur, 0) as end_ts from events
+    semi join (select distinct rank, pid, tid from endpoints) t
+        on t.rank = events.rank and t.pid = events.pid and t.tid = events.tid
     where kind = 'cpu_op' and ts is not null
     qualify row_number() over (partition by rank, pid, tid, ts order by end_ts, id desc) = 1
 )
