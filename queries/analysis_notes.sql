@@ -31,8 +31,8 @@ where d.device is null
 union all
 select r.rank, 'query', 'no_steps', r.source_file, null::bigint, false,
        'no ProfilerStep#N and no serving iteration marker (queries/lib/iterations.sql): the per-step figures (steps, '
-       || 'step_stats, the Overview''s step time) are empty, and the critical path takes the whole trace as one '
-       || 'window'
+       || 'step_stats, the Overview''s step time) are empty, and the critical path (unless left out) takes the '
+       || 'whole trace as one window'
        || coalesce('; the most repeated top-level annotation, ' || a.name || ' (' || a.calls::varchar
                    || ' calls), is not a marker tracekit knows', ''),
        null::varchar
