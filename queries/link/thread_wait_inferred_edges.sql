@@ -38,17 +38,18 @@ with points as (
         where kind in ('cpu_op', 'user_annotation', 'python_function') and ts is not null
     )
 ),
--- each thread's buckets: the first point (in the rank's order) and the last time
+-- each thread's buckets: the first and the last point (in the rank's order)
 thread_buckets as (
-    select rank, thread, bucket, max(t) as last_t,
-           arg_min(struct_pack(id, is_end, t), struct_pack(t, is_start := not is_end, id)) as first
+    select rank, thread, bucket,
+           arg_min(struct_pack(id, thread, is_end, t), struct_pack(t, is_start := not is_end, id)) as first,
+           arg_max(struct_pack(id, thread, is_end, t), struct_pack(t, is_start := not is_end, id)) as last
     from points
     group by rank, thread, bucket
 ),
 -- the first point of a bucket after a gap of 1 ms or more on its thread (or its thread's first point)
 waking as (
     select rank, thread, bucket, first.id, first.is_end, first.t, gap
-    from (select *, first.t - lag(last_t) over (partition by rank, thread order by bucket) as gap
+    from (select *, first.t - lag(last.t) over (partition by rank, thread order by bucket) as gap
           from thread_buckets)
     where gap is null or gap >= 1000000
 ),
@@ -59,10 +60,10 @@ in_bucket as (
     from points
     semi join (select distinct rank, bucket from waking) w on w.rank = points.rank and w.bucket = points.bucket
 ),
--- the last point of each bucket
+-- the last point of each bucket: the last of its threads' last points
 bucket_last as (
-    select rank, bucket, arg_max(struct_pack(id, thread, is_end, t), struct_pack(t, is_start := not is_end, id)) as last
-    from points
+    select rank, bucket, arg_max(last, struct_pack(t := last.t, is_start := not last.is_end, id := last.id)) as last
+    from thread_buckets
     group by rank, bucket
 ),
 before as (
