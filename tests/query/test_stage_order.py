@@ -147,6 +147,14 @@ def stages_run_alone(monkeypatch):
                     monkeypatch.setattr(module, attribute, replacement)
     monkeypatch.setattr(catalog, "run_stage", run_stage)
     yield seen
+    # a module first imported during the test took the replacements from catalog: monkeypatch does not know them,
+    # and later tests in this process would run stages on the closed connections below
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("tracekit."):
+            for attribute, replacement, original in (("run_stage", run_stage, original_run),
+                                                     ("ready", ready, original_ready)):
+                if getattr(module, attribute, None) is replacement:
+                    setattr(module, attribute, original)
     for alone in alone_by_includes.values():
         alone.close()
 
