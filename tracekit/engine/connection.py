@@ -16,6 +16,8 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -133,6 +135,23 @@ def query_workers(threads: int | None = None) -> int:
     """How many analyses a run runs at once: THREADS when given (a caller that caps DuckDB's threads caps this
     too), else the CPUs this process may use, at most MAX_QUERY_WORKERS."""
     return threads or min(MAX_QUERY_WORKERS, usable_cpus())
+
+
+@contextmanager
+def threads_shared(con: duckdb.DuckDBPyConnection, queries: int) -> Iterator[None]:
+    """While QUERIES queries run at once on `con`'s database: DuckDB's threads cut to each query's share of the CPUs
+    this process may use (at least one), then restored. DuckDB's threads are its database's and each query may use
+    them all: W queries at once on C cores ran W times C threads. A report of OWLv2 on 2 cores, its analyses 2 at a
+    time: 1.82 s and 3.05 CPU s with 2 threads, 1.70 s and 2.91 CPU s with 1, the same bytes (bench/RESULTS.md)."""
+    threads = duckdb_threads(con)
+    share = max(1, min(threads, usable_cpus() // max(1, queries)))
+    if share != threads:
+        con.execute(f"set threads = {share}")
+    try:
+        yield
+    finally:
+        if share != threads:
+            con.execute(f"set threads = {threads}")
 
 
 def physical_memory_bytes() -> int:

@@ -10,7 +10,8 @@ runs a query on the thread that asks for it, without the GIL, and most of a repo
 DuckDB to spread one over the cores (the report's analyses of the A100 trace used 1.3 of 2 cores one at a time,
 bench/RESULTS.md). Each analysis still waits for the analyses it reads and for the shared tables it calls
 (`catalog.shared_tables`, each computed once); the results are the same bits in any order
-(tests/query/test_determinism.py).
+(tests/query/test_determinism.py). While several run at once, each gets its share of the CPUs as DuckDB threads
+(`connection.threads_shared`).
 """
 
 from __future__ import annotations
@@ -234,53 +235,54 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
 
     pending = sorted(needs, key=lambda n: (-chain(n), -behind(n)))
     running, finished, alone = {}, set(), []
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query")
-    try:
-        while pending or running or alone:
-            if alone and not running:
-                node = alone.pop(0)
-                running[pool.submit(run_node, node)] = (node, True)
-            while not alone and len(running) < workers:
-                ready = next((n for n in pending if needs[n] <= finished), None)
-                if ready is None:
-                    break
-                pending.remove(ready)
-                blocked = sorted(n for n in needs[ready] if n in macro_failed)
-                if blocked:  # as it fails one at a time: with the shared table's own error
-                    (failed if ready in steps else macro_failed)[ready] = macro_failed[blocked[0]]
-                    finished.add(ready)
-                    done(ready)
+    with connection.threads_shared(con, workers):
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query")
+        try:
+            while pending or running or alone:
+                if alone and not running:
+                    node = alone.pop(0)
+                    running[pool.submit(run_node, node)] = (node, True)
+                while not alone and len(running) < workers:
+                    ready = next((n for n in pending if needs[n] <= finished), None)
+                    if ready is None:
+                        break
+                    pending.remove(ready)
+                    blocked = sorted(n for n in needs[ready] if n in macro_failed)
+                    if blocked:  # as it fails one at a time: with the shared table's own error
+                        (failed if ready in steps else macro_failed)[ready] = macro_failed[blocked[0]]
+                        finished.add(ready)
+                        done(ready)
+                        continue
+                    running[pool.submit(run_node, ready)] = (ready, False)
+                if not running:
+                    if not alone:
+                        raise RuntimeError(f"analyses that wait on each other: {sorted(pending)}")
                     continue
-                running[pool.submit(run_node, ready)] = (ready, False)
-            if not running:
-                if not alone:
-                    raise RuntimeError(f"analyses that wait on each other: {sorted(pending)}")
-                continue
-            ended, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in ended:
-                node, was_alone = running.pop(future)
-                error = future.exception()
-                if isinstance(error, duckdb.OutOfMemoryException) and not was_alone:
-                    alone.append(node)
-                    continue
-                if error is not None:
-                    if not (record and isinstance(error, (LookupError, duckdb.Error))):
-                        raise error
-                    (failed if node in steps else macro_failed)[node] = one_line(error)
-                finished.add(node)
-                done(node)
-                for table in reads.get(node, ()):
-                    if readers[table] <= finished and table not in macro_failed:
-                        catalog.drop_shared_table(con, table.removeprefix("macro:"))
-    except BaseException:  # Ctrl-C, or an error raised: the queries still running stop now, not when they end
-        stopping.set()
-        for cur in made:
-            cur.interrupt()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        for cur in made:
-            cur.close()
+                ended, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in ended:
+                    node, was_alone = running.pop(future)
+                    error = future.exception()
+                    if isinstance(error, duckdb.OutOfMemoryException) and not was_alone:
+                        alone.append(node)
+                        continue
+                    if error is not None:
+                        if not (record and isinstance(error, (LookupError, duckdb.Error))):
+                            raise error
+                        (failed if node in steps else macro_failed)[node] = one_line(error)
+                    finished.add(node)
+                    done(node)
+                    for table in reads.get(node, ()):
+                        if readers[table] <= finished and table not in macro_failed:
+                            catalog.drop_shared_table(con, table.removeprefix("macro:"))
+        except BaseException:  # Ctrl-C, or an error raised: the queries still running stop now, not when they end
+            stopping.set()
+            for cur in made:
+                cur.interrupt()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            for cur in made:
+                cur.close()
 
 
 def combine_ranks(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
