@@ -106,3 +106,27 @@ def test_the_program_runs_numpys_blas_on_one_thread_unless_told_otherwise(tmp_pa
     if threads is None:
         pytest.skip("numpy is not built on OpenBLAS here")
     assert threads == expected
+
+
+# From an exit handler: whether the cyclic garbage collector was on at the end of the command
+GC_STATE = ("import atexit, gc, json, runpy, sys\n"
+            "out = sys.argv[1]\n"
+            "atexit.register(lambda: open(out, 'w').write(json.dumps(gc.isenabled())))\n"
+            "sys.argv = ['tracekit', *sys.argv[2:]]\n"
+            "runpy.run_module('tracekit.cli', run_name='__main__')\n")
+
+
+def test_the_program_runs_without_the_cyclic_collector_and_the_api_keeps_it(tmp_path, trace):
+    # the collector's passes cost a report ~0.05 CPU s, most of it while the modules load (cli.app.run); the reader
+    # turns it off while it decodes and must not turn it back on in the program
+    out = tmp_path / "gc.json"
+    proc = subprocess.run([sys.executable, "-c", GC_STATE, str(out), "report", str(trace), "-o", str(tmp_path / "r")],
+                          capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(REPO),
+                                                                               "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text()) is False
+    api = subprocess.run([sys.executable, "-c", "import gc, sys, tracekit; tracekit.load([sys.argv[1]]); "
+                          "print(gc.isenabled())", str(trace)], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert api.returncode == 0, api.stderr
+    assert api.stdout.strip() == "True"
