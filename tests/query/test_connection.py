@@ -142,10 +142,28 @@ def test_a_trace_connection_runs_at_most_four_duckdb_threads_each_with_its_share
                 (threads, limit)
 
 
+def test_queries_run_at_once_share_the_cpus_as_duckdb_threads(monkeypatch):
+    """N queries at once on C usable CPUs: DuckDB runs C // N threads (at least one, at most the connection's), and
+    the connection's threads are back after the block: 2 analyses at a time with 2 threads each ran 4 threads on 2
+    cores, a report 7% slower, and a chain of shared tables running alone on one thread was 20% slower
+    (bench/RESULTS.md)."""
+    from tracekit.engine import connection
+
+    monkeypatch.setattr(connection, "usable_cpus", lambda: 8)
+    with connection.connect(threads=4) as con:
+        with connection.threads_shared(con) as share:
+            seen = []
+            for queries in (1, 2, 3, 4, 8, 16, 2, 1):
+                share(queries)
+                seen.append(connection.duckdb_threads(con))
+        assert seen == [4, 4, 2, 2, 1, 1, 4, 4]
+        assert connection.duckdb_threads(con) == 4
+
+
 def test_analyses_run_at_once_share_the_cpus_as_duckdb_threads(monkeypatch, tmp_path):
-    """W analyses at once on C usable CPUs run C // W DuckDB threads each (at least one), and the database's setting
-    is back after the run: a report's 2 analyses at a time with 2 threads each ran 4 threads on 2 cores, 7% slower
-    (bench/RESULTS.md). Seen from inside the run, by each analysis's own cursor."""
+    """Seen from inside a run, by each analysis's own cursor: with 2 at a time on 2 CPUs, an analysis runs one
+    DuckDB thread or, started alone, both; with one at a time, all of the connection's; the setting is back after
+    the run."""
     import tracekit
     from tracekit.engine import catalog, connection
     from tracekit.query import analyses
@@ -160,11 +178,12 @@ def test_analyses_run_at_once_share_the_cpus_as_duckdb_threads(monkeypatch, tmp_
         return run_step(cur, step, *args, **kwargs)
 
     monkeypatch.setattr(analyses, "run_step", recording)
-    for cpus, workers, expected in ((8, 2, 4), (4, 2, 2), (2, 2, 1), (1, 2, 1), (2, 1, 4)):
-        monkeypatch.setattr(connection, "usable_cpus", lambda cpus=cpus: cpus)
+    monkeypatch.setattr(connection, "usable_cpus", lambda: 2)
+    names = ["op_summary", "kernel_summary", "gpu_timeline", "step_stats", "op_categories"]
+    for workers, allowed in ((2, {1, 2}), (1, {2})):
         seen.clear()
-        with catalog.connect(tables, materialize=True, threads=4) as con:
-            analyses.run_all(tables, ["op_summary", "kernel_summary", "gpu_timeline"], threads=workers, con=con)
+        with catalog.connect(tables, materialize=True, threads=2) as con:
+            analyses.run_all(tables, names, threads=workers, con=con)
             after = connection.duckdb_threads(con)
-        assert seen and set(seen) == {expected}, (cpus, workers, seen)
-        assert after == 4, (cpus, workers)
+        assert len(seen) >= len(names) and set(seen) <= allowed, (workers, seen)
+        assert after == 2, workers

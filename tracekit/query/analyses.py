@@ -10,8 +10,8 @@ runs a query on the thread that asks for it, without the GIL, and most of a repo
 DuckDB to spread one over the cores (the report's analyses of the A100 trace used 1.3 of 2 cores one at a time,
 bench/RESULTS.md). Each analysis still waits for the analyses it reads and for the shared tables it calls
 (`catalog.shared_tables`, each computed once); the results are the same bits in any order
-(tests/query/test_determinism.py). While several run at once, each gets its share of the CPUs as DuckDB threads
-(`connection.threads_shared`).
+(tests/query/test_determinism.py). While several run at once, each gets its share of the CPUs as DuckDB threads;
+one running alone gets them all (`connection.threads_shared`).
 """
 
 from __future__ import annotations
@@ -235,14 +235,14 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
 
     pending = sorted(needs, key=lambda n: (-chain(n), -behind(n)))
     running, finished, alone = {}, set(), []
-    with connection.threads_shared(con, workers):
+    with connection.threads_shared(con) as share:
         pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query")
         try:
             while pending or running or alone:
+                starting = []  # (node, alone), started once DuckDB's threads are shared among what will run
                 if alone and not running:
-                    node = alone.pop(0)
-                    running[pool.submit(run_node, node)] = (node, True)
-                while not alone and len(running) < workers:
+                    starting.append((alone.pop(0), True))
+                while not alone and len(running) + len(starting) < workers:
                     ready = next((n for n in pending if needs[n] <= finished), None)
                     if ready is None:
                         break
@@ -253,7 +253,10 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
                         finished.add(ready)
                         done(ready)
                         continue
-                    running[pool.submit(run_node, ready)] = (ready, False)
+                    starting.append((ready, False))
+                share(len(running) + len(starting))
+                for node, is_alone in starting:
+                    running[pool.submit(run_node, node)] = (node, is_alone)
                 if not running:
                     if not alone:
                         raise RuntimeError(f"analyses that wait on each other: {sorted(pending)}")
