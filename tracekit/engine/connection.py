@@ -141,17 +141,18 @@ def query_workers(threads: int | None = None) -> int:
 def threads_shared(con: duckdb.DuckDBPyConnection) -> Iterator[Callable[[int], None]]:
     """For a block that runs several queries at once on `con`'s database: yields `share(queries)`, which sets
     DuckDB's threads to each of QUERIES running queries' share of the CPUs this process may use (at least one, at
-    most the threads `con` had), to be called as that number changes; the threads are restored after the block.
+    most the threads `con` had; a query alone has them all), to be called as that number changes; the threads are
+    restored after the block.
     DuckDB's threads are its database's and each query may use them all: W queries at once on C cores ran W times
     C threads. A report of OWLv2 on 2 cores, its analyses 2 at a time: 1.82 s and 3.05 CPU s with 2 threads a query,
     1.70 s and 2.91 CPU s with 1, the same bytes; a query running alone (a chain of shared tables) keeps them all
     (bench/RESULTS.md)."""
-    threads = duckdb_threads(con)
+    threads, cpus = duckdb_threads(con), usable_cpus()
     now = threads
 
     def share(queries: int) -> None:
         nonlocal now
-        wanted = max(1, min(threads, usable_cpus() // max(1, queries)))
+        wanted = threads if queries <= 1 else max(1, min(threads, cpus // queries))
         if wanted != now:
             con.execute(f"set threads = {wanted}")
             now = wanted
@@ -159,7 +160,7 @@ def threads_shared(con: duckdb.DuckDBPyConnection) -> Iterator[Callable[[int], N
     try:
         yield share
     finally:
-        share(0)  # back to `threads`
+        share(1)  # back to `threads`
 
 
 def physical_memory_bytes() -> int:
