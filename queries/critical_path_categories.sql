@@ -11,7 +11,7 @@
 --   segments: critical_path segments in the category
 -- notes: The critical_path segments of every window of a rank, added up per category: one row per category,
 --   whatever the trace's length. Sums are of integer ns (exact, in any order).
-select rank, category, sum(duration_ns) / 1e6 as time_ms,
+select rank, category::varchar as category, sum(duration_ns) / 1e6 as time_ms,
        100.0 * sum(duration_ns) / sum(sum(duration_ns)) over (partition by rank) as percent,
        count(*) as segments
 from step_critical_paths()

@@ -15,7 +15,7 @@
 --   lib/critical_path, which the other sums share: one walk, not one each); see critical_path.sql for the walk and
 --   how it differs from HTA's. HTA's "CPU-bound %" is comparable to cpu here less the segments owned by user
 --   annotations and by no event (HTA gives those zero weight), over HTA's path length rather than the window.
-select rank, step, category,
+select rank, step, category::varchar as category,
        sum(duration_ns) / 1e6 as time_ms,
        100.0 * sum(duration_ns) / any_value(window_end_ns - window_start_ns) as percent,
        count(*) as segments,

@@ -10,8 +10,9 @@
 --     edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns, duration_ns.
 --   step_critical_paths(): the segments of each step's window (step_or_trace_windows(): the whole trace of a rank
 --     without steps; a window ends when its last work ends, GPU included), in no order, with only what the analyses
---     that sum them read (it is held for the connection's life: 297k rows on OWLv2): rank, step, event_id, category,
---     duration_ns, window_start_ns, window_end_ns.
+--     that sum them read (it is held for the connection's life: 297k rows on OWLv2): rank, step, event_id, category
+--     (an ENUM of the category names, in their text order: `category::varchar` for text), duration_ns,
+--     window_start_ns, window_end_ns.
 -- notes:
 -- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
 -- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
@@ -63,6 +64,13 @@
 -- `not materialized`: DuckDB materializes a CTE read more than once, which copied the shared table (the lanes of
 -- MI300X resnet x4, 393k rows: the critical path 0.57 -> 0.49 s, its peak 230 -> 180 MB). Only integer keys and
 -- times go through the sorts and joins; names and kinds are joined to the segments at the end.
+-- _critical_path_category(name): a segment's category as an ENUM of the category names in their text order (a
+-- sort or tie on it is the text's): one byte a row through the states, lanes and walk, where the names as text were
+-- copied, checked and hashed row by row (the analyses that show a category turn it back into text)
+create or replace macro _critical_path_category(name) as
+    name::enum('communication', 'compute', 'cpu', 'idle', 'kernel_to_kernel_gap', 'launch', 'memcpy', 'memset',
+               'sync_wait');
+
 -- _critical_path_events(): the events the walk goes through; lane: the event's thread or stream; cpu_kind_order: a
 -- CPU kind's place among events that start and end together (outer kinds first)
 create or replace macro _critical_path_events() as table
@@ -73,9 +81,11 @@ create or replace macro _critical_path_events() as table
            list_position(['user_annotation', 'python_function', 'cpu_op', 'runtime', 'driver', 'overhead'], kind)
                as cpu_kind_order,
            -- (the category's regexes once per kernel: a CASE on it evaluated them twice)
-           case when kind = 'memset' then 'memset'
-                when kind in ('kernel', 'memcpy') then replace(gpu_timeline_category(name, kind), 'computation', 'compute')
-                else 'cpu' end as category
+           _critical_path_category(
+               case when kind = 'memset' then 'memset'
+                    when kind in ('kernel', 'memcpy')
+                        then replace(gpu_timeline_category(name, kind), 'computation', 'compute')
+                    else 'cpu' end) as category
     from events
     where ts is not null
       and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
@@ -91,39 +101,58 @@ create or replace macro _critical_path_calls() as table
         semi join cp_events p on p.rank = n.rank and p.id = n.src
         where n.kind = 'nest'
     ),
-    -- CPU events with their pre-order index on their thread (the order nest edges are built in: start, longest
-    -- first, outer kind first) and their siblings (children of one parent; top-level events of one thread)
-    cp_cpu as materialized (
-        select *, lag(id) over sibling_order as prev_sibling, lag(end_ns) over sibling_order as prev_sibling_end,
-               lead(pre) over sibling_order as next_sibling_pre
-        from (
-            select e.rank, e.id, e.lane, e.ts, e.end_ns, p.parent,
-                   row_number() over (
-                       partition by e.rank, e.lane order by e.ts, e.end_ns desc, e.cpu_kind_order, e.id) as pre
-            from cp_events e
-            left join cp_parent p on p.rank = e.rank and p.id = e.id
-            where not e.on_gpu
-        )
-        window sibling_order as (partition by rank, parent, case when parent is null then lane end order by pre)
+    -- CPU events with their pre-order index (the order nest edges are built in: start, longest first, outer kind
+    -- first), numbered across threads and ranks (rank, thread, then pre-order): one sort without partitions, which
+    -- DuckDB does in less time than one partitioned by thread; `siblings`: the children of one parent, or the
+    -- top-level events of one thread (a negative key from the thread's hash, where ids are never negative)
+    cp_pre as materialized (
+        select e.rank, e.id, e.lane, e.ts, e.end_ns, p.parent,
+               coalesce(p.parent, -1 - (e.lane >> 1)::bigint) as siblings,
+               row_number() over (order by e.rank, e.lane, e.ts, e.end_ns desc, e.cpu_kind_order, e.id) as pre
+        from cp_events e
+        left join cp_parent p on p.rank = e.rank and p.id = e.id
+        where not e.on_gpu
     ),
-    -- pre-order index of each CPU event's last descendant (itself for a leaf), one tree level per iteration; the rows
-    -- carry their columns through (joining them back after took ~15% of this macro on a 53 MB trace), and come out
+    -- each event's siblings before and after it, from one sort of them all (rank, siblings, pre) cut where the
+    -- siblings change
+    cp_cpu as materialized (
+        select rank, id, lane, ts, end_ns, parent, pre,
+               if(first_sibling, null, prev_id) as prev_sibling, if(first_sibling, null, prev_end) as prev_sibling_end,
+               if(last_sibling, null, next_pre) as next_sibling_pre
+        from (
+            select *, lag(id) over sibling_order as prev_id, lag(end_ns) over sibling_order as prev_end,
+                   lead(pre) over sibling_order as next_pre,
+                   lag(siblings) over sibling_order is distinct from siblings
+                       or lag(rank) over sibling_order is distinct from rank as first_sibling,
+                   lead(siblings) over sibling_order is distinct from siblings
+                       or lead(rank) over sibling_order is distinct from rank as last_sibling
+            from cp_pre
+            window sibling_order as (order by rank, siblings, pre)
+        )
+    ),
+    -- pre-order index of each CPU event's last descendant (itself for a leaf): the one before its next sibling's,
+    -- else its thread's last for a top-level event, else its parent's (one tree level per iteration, through the last
+    -- children alone: each parent's one)
+    cp_last_child_of as materialized (
+        select rank, parent, id from cp_cpu where next_sibling_pre is null and parent is not null
+    ),
+    cp_last_descendant(rank, id, last_pre) as (
+        select c.rank, c.id, coalesce(c.next_sibling_pre - 1, t.thread_last)
+        from cp_cpu c
+        join (select rank, lane, max(pre) as thread_last from cp_cpu group by rank, lane) t
+            on t.rank = c.rank and t.lane = c.lane
+        where c.next_sibling_pre is not null or c.parent is null
+        union all
+        select c.rank, c.id, d.last_pre
+        from cp_last_descendant d
+        join cp_last_child_of c on c.rank = d.rank and c.parent = d.id
+    )
     -- in thread order: the states made from them then reach the lanes' sort nearly sorted, which DuckDB sorts in
     -- about half the time (MI300X resnet x4: 0.33 -> 0.23 s, more than this sort costs)
-    cp_last_descendant(rank, id, lane, ts, end_ns, parent, pre, prev_sibling, prev_sibling_end, next_sibling_pre,
-                       last_pre) as (
-        select c.*, coalesce(c.next_sibling_pre - 1, t.thread_events)
-        from cp_cpu c
-        join (select rank, lane, count(*) as thread_events from cp_cpu group by rank, lane) t
-            on t.rank = c.rank and t.lane = c.lane
-        where c.parent is null
-        union all
-        select c.*, coalesce(c.next_sibling_pre - 1, d.last_pre)
-        from cp_last_descendant d
-        join cp_cpu c on c.rank = d.rank and c.parent = d.id
-    )
-    from cp_last_descendant
-    order by rank, lane, pre;
+    select c.*, d.last_pre
+    from cp_cpu c
+    join cp_last_descendant d on d.rank = c.rank and d.id = c.id
+    order by c.pre;
 
 -- _critical_path_states(): every state with its predecessor (below)
 create or replace macro _critical_path_states() as table
@@ -180,7 +209,7 @@ create or replace macro _critical_path_states() as table
                     else e.id end as next_id,
                case when e.thread_waited then e.tw_src_at_end else e.waited or e.child is not null end as next_at_end,
                e.id as segment_event,
-               case when e.waited or e.thread_waited then 'sync_wait' else 'cpu' end as category,
+               _critical_path_category(if(e.waited or e.thread_waited, 'sync_wait', 'cpu')) as category,
                e.thread_waited or (e.waited and e.inferred) as inferred,
                null::ubigint as elsewhere_lane, e.end_ns as tau, e.lane, e.last_pre as k1, 1 as k2, -e.pre as k3
         from (
@@ -215,8 +244,9 @@ create or replace macro _critical_path_states() as table
                if(s.thread_waited, s.tw_src_at_end, s.prev_sibling is not null) as next_at_end,
                -- a hand-over's lag belongs to the waiting thread: the enclosing event, else the event resumed
                if(s.thread_waited, coalesce(s.parent, s.id), s.parent) as segment_event,
-               case when s.thread_waited then 'sync_wait'
-                    when s.prev_sibling is null and s.parent is null then 'idle' else 'cpu' end as category,
+               _critical_path_category(case when s.thread_waited then 'sync_wait'
+                                            when s.prev_sibling is null and s.parent is null then 'idle'
+                                            else 'cpu' end) as category,
                s.thread_waited as inferred,
                null as elsewhere_lane,
                s.ts as tau, s.lane, s.pre as k1, 0 as k2, 0 as k3
@@ -242,12 +272,13 @@ create or replace macro _critical_path_states() as table
                case when src_end <= dst_ts then src_end else dst_ts end as ready,
                src_end <= dst_ts as pred_at_end,
                case when src_end <= dst_ts then dst else src end as segment_event,
-               case when src_end <= dst_ts then 'kernel_to_kernel_gap' else src_category end as category,
+               if(src_end <= dst_ts, _critical_path_category('kernel_to_kernel_gap'), src_category) as category,
                false as inferred, null::ubigint as elsewhere_lane
         from cp_links
         where kind = 'stream' and src_ts <= dst_ts
         union all
-        select rank, dst, src, 2, src_end, true, dst, 'sync_wait', kind = 'stream_wait_inferred', null
+        select rank, dst, src, 2, src_end, true, dst, _critical_path_category('sync_wait'), kind = 'stream_wait_inferred',
+               null
         from cp_links
         where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
@@ -258,7 +289,7 @@ create or replace macro _critical_path_states() as table
                case when l.src_end <= l.dst_ts then l.src_end when w.id is not null then l.src_ts else l.dst_ts end,
                l.src_end <= l.dst_ts,
                case when l.src_end <= l.dst_ts then l.dst else l.src end,
-               case when l.src_end <= l.dst_ts then 'launch' else 'cpu' end,
+               _critical_path_category(if(l.src_end <= l.dst_ts, 'launch', 'cpu')),
                false, if(l.src_end <= l.dst_ts, null, l.src_lane)
         from cp_links l
         left join cp_host_waits w on w.rank = l.rank and w.id = l.src
@@ -266,7 +297,8 @@ create or replace macro _critical_path_states() as table
     ),
     cp_gpu_start as (
         select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end,
-               c.segment_event, coalesce(c.category, 'idle') as category, coalesce(c.inferred, false) as inferred,
+               c.segment_event, coalesce(c.category, _critical_path_category('idle')) as category,
+               coalesce(c.inferred, false) as inferred,
                c.elsewhere_lane,
                g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3
         from cp_gpu g
@@ -290,26 +322,17 @@ create or replace macro _critical_path_states() as table
 -- whose predecessor is elsewhere (another lane: a launch, a sync; an overlap; sub-µs improper nesting) or nowhere,
 -- and leads to the state to_state (its lane, position and time: to_lane, to_pos, to_tau).
 create or replace macro _critical_path_lanes() as table
-    with lanes as materialized (
-        select * exclude (lane_pred), next_state is null or next_state is distinct from lane_pred as is_jump
-        from (
-            select rank, lane, state, next_state, segment_event, category, inferred, elsewhere_lane, tau,
-                   row_number() over lane_order as pos, lag(state) over lane_order as lane_pred,
-                   lag(tau) over lane_order as prev_tau
-            from _critical_path_states()
-            window lane_order as (partition by rank, lane order by tau, k1, k2, k3)
-        )
-    ),
-    -- where each jump lands, looked up for the jumps alone (a few percent of the states): a join of every state
-    -- with every state, null where not a jump, hashed all of them (0.27 -> 0.20 s for this macro on a 53 MB trace)
-    targets as materialized (
-        select j.rank, j.state, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
-        from (select rank, state, next_state from lanes where is_jump) j
-        join (select rank, lane, pos, tau, state from lanes) t on t.rank = j.rank and t.state = j.next_state
-    )
-    select l.*, t.to_lane, t.to_pos, t.to_tau
-    from lanes l
-    left join targets t on t.rank = l.rank and t.state = l.state;
+    select * exclude (lane_pred, first_in_lane) replace (if(first_in_lane, null, prev_tau) as prev_tau),
+           next_state is null or first_in_lane or next_state is distinct from lane_pred as is_jump
+    from (
+        select rank, lane, state, next_state, segment_event, category, inferred, elsewhere_lane, tau,
+               row_number() over lane_order as pos, lag(state) over lane_order as lane_pred,
+               lag(tau) over lane_order as prev_tau,
+               lag(lane) over lane_order is distinct from lane or lag(rank) over lane_order is distinct from rank
+                   as first_in_lane
+        from _critical_path_states()
+        window lane_order as (order by rank, lane, tau, k1, k2, k3)
+    );
 
 -- _critical_path_walk(windows): the segments of critical_path_segments, without position, kind, name and carried_by,
 -- with the walk's run the segment was walked in (iteration: 0 for the run that ends the window, counting back; -1 for
@@ -334,7 +357,9 @@ create or replace macro _critical_path_walk(windows) as table
     ),
     -- the jumps (few: the recursion walks from jump to jump, not through every state)
     cp_jumps as materialized (
-        select rank, lane, pos, tau, next_state, to_lane, to_pos, to_tau from cp_lanes where is_jump
+        select j.rank, j.lane, j.pos, j.tau, j.next_state, t.lane as to_lane, t.pos as to_pos, t.tau as to_tau
+        from (select rank, lane, pos, tau, next_state from cp_lanes where is_jump) j
+        left join (select rank, state, lane, pos, tau from cp_lanes) t on t.rank = j.rank and t.state = j.next_state
     ),
     -- and the jump that ends the run each jump leads into: the last jump at or before where it lands
     cp_jump_chain as materialized (
@@ -414,7 +439,7 @@ create or replace macro _critical_path_walk(windows) as table
                if(p.pos > p.low_pos, greatest(p.window_start, least(p.cursor, s.prev_tau)), p.next_run_cursor)
                    as next_cursor
         from cp_path p
-        join cp_lanes s on s.rank = p.rank and s.lane = p.lane and s.pos = p.pos
+        join cp_lanes s on s.pos = p.pos  -- (positions are numbered across lanes and ranks)
     ),
     cp_segments as (
         select rank, window_id, iteration, lane, segment_event, segment_lane, category, inferred,
@@ -422,7 +447,8 @@ create or replace macro _critical_path_walk(windows) as table
         from cp_cursors
         union all
         -- after the last event of the window (or all of a window without events)
-        select rank, window_id, -1, null, null, null, 'idle', false, coalesce(first_end, window_start), window_end
+        select rank, window_id, -1, null, null, null, _critical_path_category('idle'), false,
+               coalesce(first_end, window_start), window_end
         from cp_starts
     )
     select rank, window_id, iteration, lane, segment_event as event_id, segment_lane as event_lane, category,
@@ -431,7 +457,7 @@ create or replace macro _critical_path_walk(windows) as table
     where end_ns > start_ns;
 
 create or replace macro critical_path_segments(windows) as table
-    select s.rank, s.window_id, s.position, s.event_id, e.kind, e.name, s.category,
+    select s.rank, s.window_id, s.position, s.event_id, e.kind, e.name, s.category::varchar as category,
            case when s.category = 'idle' then null when e.kind in ('kernel', 'memcpy', 'memset') then 'gpu'
                 else 'cpu' end as carried_by,
            s.inferred, s.start_ns, s.end_ns, s.duration_ns
