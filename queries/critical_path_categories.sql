@@ -13,7 +13,7 @@
 --   whatever the trace's length. Sums are of integer ns (exact, in any order).
 select rank, category::varchar as category, sum(duration_ns) / 1e6 as time_ms,
        100.0 * sum(duration_ns) / sum(sum(duration_ns)) over (partition by rank) as percent,
-       count(*) as segments
+       sum(segments)::bigint as segments
 from step_critical_paths()
 group by rank, category
 order by rank, sum(duration_ns) desc, category

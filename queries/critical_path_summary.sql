@@ -18,7 +18,7 @@
 select rank, step, category::varchar as category,
        sum(duration_ns) / 1e6 as time_ms,
        100.0 * sum(duration_ns) / any_value(window_end_ns - window_start_ns) as percent,
-       count(*) as segments,
+       sum(segments)::bigint as segments,
        any_value(window_end_ns - window_start_ns) / 1e6 as window_ms
 from step_critical_paths()
 group by rank, step, window_start_ns, category

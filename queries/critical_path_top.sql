@@ -17,12 +17,11 @@
 -- notes: Bounded: at most 51 rows per rank (the rest in "(other events)"), whatever the trace's
 --   length. The full path, segment by segment, is the critical_path analysis (`tracekit sql`, `tracekit run`).
 with
--- the segments summed per event first, its name looked up then: far fewer rows than segments (an inference trace
--- whose path runs through every Python frame: 297k segments)
+-- the segments come summed per event (step_critical_paths), their names looked up then: far fewer rows than
+-- segments (an inference trace whose path runs through every Python frame: 149k rows for 297k segments)
 by_event as (
-    select rank, event_id, category, window_start_ns, sum(duration_ns) as time_ns, count(*) as segments
+    select rank, event_id, category, window_start_ns, duration_ns as time_ns, segments
     from step_critical_paths()
-    group by all
 ),
 by_name as (
     -- ProfilerStep#N are one name: the step annotations' own time

@@ -9,10 +9,10 @@
 --     the event that owns the segment ran; null for idle), inferred (true: a wait after the GPU op an inferred
 --     edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns, duration_ns.
 --   step_critical_paths(): the segments of each step's window (step_or_trace_windows(): the whole trace of a rank
---     without steps; a window ends when its last work ends, GPU included), in no order, with only what the analyses
---     that sum them read (it is held for the connection's life: 297k rows on OWLv2): rank, step, event_id, category
---     (an ENUM of the category names, in their text order: `category::varchar` for text), duration_ns,
---     window_start_ns, window_end_ns.
+--     without steps; a window ends when its last work ends, GPU included) summed per event and category, in no
+--     order, with only what the analyses that sum them read (it is held for the connection's life: 149k rows for
+--     OWLv2's 297k segments): rank, step, event_id, category (an ENUM of the category names, in their text order:
+--     `category::varchar` for text), duration_ns (summed), segments, window_start_ns, window_end_ns.
 -- notes:
 -- The walk. Every CPU event (cpu_op, user_annotation, python_function, runtime, driver, overhead) and GPU op
 -- (kernel, memcpy, memset) has a start state S and an end state E. Each state has one predecessor, chosen once
@@ -58,9 +58,11 @@
 -- walk of each window (_critical_path_walk; critical_path_segments numbers and names its segments, and
 -- step_critical_paths walks the step windows for the sums, which need neither: on a 53 MB inference trace whose
 -- path runs through 297k segments, the sort and the names were 0.17 of its 0.46 CPU s). A connection that
--- materializes the first four (catalog.SHARED_TABLE_MACROS) runs each as a statement of its own, whose sorts and
--- joins are freed before the next one starts (in one statement they set a report's peak memory, bench/RESULTS.md);
--- elsewhere they expand into one. A CTE that only reads one of them is
+-- materializes the events, the call trees and the lanes (catalog.SHARED_TABLE_MACROS) runs each as a statement of
+-- its own, whose sorts and joins are freed before the next one starts (in one statement they set a report's peak
+-- memory, bench/RESULTS.md); the states go straight into the lanes' sort (a table of them, 316k rows on OWLv2, was
+-- written and read again for nothing: the two statements took 6% more instructions, for the same peak); elsewhere
+-- they expand into one. A CTE that only reads one of them is
 -- `not materialized`: DuckDB materializes a CTE read more than once, which copied the shared table (the lanes of
 -- MI300X resnet x4, 393k rows: the critical path 0.57 -> 0.49 s, its peak 230 -> 180 MB). Only integer keys and
 -- times go through the sorts and joins; names and kinds are joined to the segments at the end.
@@ -471,7 +473,11 @@ create or replace macro step_critical_paths() as table
     with windows as materialized (
         select rank, window_id, step, start_ns, work_end_ns as end_ns from step_or_trace_windows()
     )
-    select p.rank, w.step, p.event_id, p.category, p.duration_ns, w.start_ns as window_start_ns,
+    select p.rank, w.step, p.event_id, p.category, p.duration_ns, p.segments, w.start_ns as window_start_ns,
            w.end_ns as window_end_ns
-    from _critical_path_walk('windows') p
+    from (
+        select rank, window_id, event_id, category, sum(duration_ns)::bigint as duration_ns, count(*) as segments
+        from _critical_path_walk('windows')
+        group by rank, window_id, event_id, category
+    ) p
     join windows w on w.rank = p.rank and w.window_id = p.window_id;

@@ -90,7 +90,7 @@ def test_a_run_on_its_own_connection_frees_the_shared_tables_its_analyses_have_r
     failures: dict[str, str] = {}
     kept = analyses.run_all(tables, NAMES, failures, threads=2)
     assert not failures and set(kept) == set(NAMES)
-    assert {"_critical_path_calls", "_critical_path_states", "_critical_path_lanes"} <= set(dropped)
+    assert {"_critical_path_calls", "_critical_path_lanes"} <= set(dropped)
     assert len(computed) == len(set(computed)) and len(dropped) == len(set(dropped)) and set(dropped) <= set(computed)
     with catalog.connect(tables, materialize=True) as con:  # a caller's connection: its tables are its own
         computed.clear(), dropped.clear()

@@ -488,11 +488,12 @@ def analysis_order(name: str) -> list[str]:
 # their bodies again); a connection made for many analyses computes each once into a table, when a query first
 # calls it, and points the macro at it. The step macros: 5 of the report's analyses expand step_windows()
 # (2026-11-26). The critical path's stages: each its own statement, whose sorts and joins are freed before the next
-# one starts (the walk in one statement set the report's peak, bench/RESULTS.md).
+# one starts (the walk in one statement set the report's peak, bench/RESULTS.md); not its states, which only the
+# lanes' sort reads (queries/lib/critical_path.sql).
 SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
                        "step_windows", "step_metrics", "steady_steps", "step_or_trace_windows", "rank_devices",
                        "_critical_path_events", "_critical_path_calls",
-                       "_critical_path_states", "_critical_path_lanes", "step_critical_paths")
+                       "_critical_path_lanes", "step_critical_paths")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
