@@ -489,11 +489,12 @@ def analysis_order(name: str) -> list[str]:
 # calls it, and points the macro at it. The step macros: 5 of the report's analyses expand step_windows()
 # (2026-11-26). The critical path's stages: each its own statement, whose sorts and joins are freed before the next
 # one starts (the walk in one statement set the report's peak, bench/RESULTS.md); not its states, which only the
-# lanes' sort reads (queries/lib/critical_path.sql).
+# lanes' sort reads (queries/lib/critical_path.sql). collective_kernels: one analysis of a report reads it, but as a
+# macro its body (a dozen category regexes) was bound twice, when defined and when called; as a table, once.
 SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
                        "step_windows", "step_metrics", "steady_steps", "step_or_trace_windows", "rank_devices",
                        "_critical_path_events", "_critical_path_calls",
-                       "_critical_path_lanes", "step_critical_paths")
+                       "_critical_path_lanes", "step_critical_paths", "collective_kernels")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
