@@ -3,6 +3,7 @@ an output never overwrites or deletes an input; strings from traces never become
 
 from __future__ import annotations
 
+import gzip
 import json
 import zipfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from tracekit.cli import main
 from tracekit.errors import InputError
 from tracekit.output import dataset, graph, xlsx
 from tracekit.output import workbooks as report
-from tracekit.output.files import write_output_file
+from tracekit.output.files import opened_output, write_output_file
 
 
 class Boom(Exception):
@@ -77,6 +78,33 @@ def test_output_file_appears_only_complete(tmp_path):
     assert snapshot(tmp_path) == {"rows.csv": b"the previous rows\n"}
     write_output_file(target, lambda path: path.write_text("new rows\n"))
     assert snapshot(tmp_path) == {"rows.csv": b"new rows\n"}
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_an_opened_output_holds_every_write_in_order(tmp_path, compressed):
+    target = tmp_path / "out.json.gz"
+    writes = [b"x" * 5_000_000, bytearray(b"a mutable buffer, reused below"), memoryview(b"a view"), b""]
+    expected = b"".join(bytes(w) for w in writes)
+    with opened_output(target, compressed) as out:
+        for data in writes:
+            out.write(data)
+        writes[1][:] = b"-" * len(writes[1])  # handed over already: the file holds what was written
+    data = target.read_bytes()
+    assert (gzip.decompress(data) if compressed else data) == expected
+
+
+def test_a_compressing_output_raises_the_thread_s_error(tmp_path, monkeypatch):
+    class Full:
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(gzip, "open", lambda *args, **kwargs: Full())
+    with pytest.raises(OSError, match="No space left"), opened_output(tmp_path / "out.gz", True) as out:
+        for _ in range(100):  # a later write raises it, or the end of the block does
+            out.write(b"some bytes")
 
 
 @pytest.mark.parametrize("case,needle", [

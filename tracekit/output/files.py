@@ -4,8 +4,12 @@ safely (tracekit.output.atomic)."""
 
 from __future__ import annotations
 
+import gzip
 import os
-from collections.abc import Callable, Iterable
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tracekit import storage
@@ -116,3 +120,54 @@ def write_output_file(path: str | Path, write: Callable[[Path], object], inputs:
     with replacing_file(path) as temp:
         write(temp)
     return path
+
+
+
+class CompressingBeside:
+    """A gzip file (its fastest level) written by a thread of its own: `write` hands the bytes over and returns,
+    so the caller makes the next ones while zlib compresses these without the GIL. At most one write waits beside
+    the one being compressed (the timeline's are Polars' ~7 MB each: bounded). The file gets the bytes gzip.open would, in the same writes in the
+    same order. An error of the thread is raised at the next `write`, or at `close`."""
+
+    def __init__(self, path: Path):
+        self.file = gzip.open(path, "wb", compresslevel=1)
+        self.pending: queue.Queue = queue.Queue(maxsize=1)
+        self.failed: list[Exception] = []
+        self.thread = threading.Thread(target=self._compress, name="tracekit-gzip", daemon=True)
+        self.thread.start()
+
+    def _compress(self) -> None:
+        while (data := self.pending.get()) is not None:
+            if not self.failed:
+                try:
+                    self.file.write(data)
+                except Exception as exc:  # OSError (a full disk), raised to the writer
+                    self.failed.append(exc)
+
+    def write(self, data) -> int:
+        if self.failed:
+            raise self.failed[0]
+        self.pending.put(data if isinstance(data, bytes) else bytes(data))  # a copy only of a mutable buffer
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        """Wait for the thread to write what it was given, then close the file."""
+        self.pending.put(None)
+        self.thread.join()
+        self.file.close()
+        if self.failed:
+            raise self.failed[0]
+
+
+@contextmanager
+def opened_output(path: Path, compressed: bool) -> Iterator:
+    """PATH open for writing bytes; with `compressed`, gzip compressed beside the writer (`CompressingBeside`): on
+    the main thread it was 0.29 s of SD3.5's ~3.8 s timeline, one core idle meanwhile (bench/RESULTS.md)."""
+    out = CompressingBeside(path) if compressed else open(path, "wb")
+    try:
+        yield out
+    finally:
+        out.close()
