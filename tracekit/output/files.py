@@ -1,6 +1,6 @@
 """The one place output paths are checked, for the API and the CLI alike: against the inputs (an output never
 overwrites or deletes an input), and an output file's folder, kind and existence; and one output file written
-safely (tracekit.output.atomic)."""
+safely (tracekit.output.atomic), gzip-compressed on a thread of its own where asked (`opened_output`)."""
 
 from __future__ import annotations
 
