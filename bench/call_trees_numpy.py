@@ -102,7 +102,8 @@ def main(paths: list[Path]) -> None:
             per_thread = {"pre", "next_sibling_pre", "last_pre"}
             theirs = con.sql(
                 f"select {', '.join(f'{c} - first_pre + 1 as {c}' if c in per_thread else c for c in COLUMNS)} "
-                "from (select *, min(pre) over (partition by rank, lane) as first_pre from _critical_path_calls_result) "
+                "from (select *, min(pre) over (partition by rank, lane) as first_pre "
+                "from _critical_path_calls_result) "
                 "order by rank, id").to_arrow_table()
         differ = [c for c in COLUMNS if not mine[c].cast(theirs[c].type).equals(theirs[c])]
         totals[0] += numpy_s

@@ -96,8 +96,8 @@ def main() -> None:
             for what in args.what:
                 runs = {}
                 with ThreadPoolExecutor(len(checkouts)) as pool:
-                    for label, repo in checkouts.items():
-                        work = Path(tmp) / f"{trace.name}-{what}-{len(runs)}"
+                    for i, (label, repo) in enumerate(checkouts.items()):
+                        work = Path(tmp) / f"{trace.name}-{what}-{i}"
                         cmd, whole = command_args(what, trace, work)
                         runs[label] = pool.submit(callgrind, cmd, repo, work / "callgrind", whole)
                 counts = {label: future.result() for label, future in runs.items()}

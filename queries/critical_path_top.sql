@@ -50,7 +50,8 @@ kept as (
     from ranked where place > 50
     group by rank
 )
-select rank, name, kind, category::varchar as category, time_ns / 1e6 as time_ms, 100.0 * time_ns / nullif(path_ns, 0) as percent,
+select rank, name, kind, category::varchar as category, time_ns / 1e6 as time_ms,
+       100.0 * time_ns / nullif(path_ns, 0) as percent,
        segments::bigint as segments, events::bigint as events, steps
 from kept
 order by rank, is_rest, time_ns desc, name, kind, category

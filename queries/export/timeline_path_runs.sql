@@ -71,7 +71,8 @@ run_spans as (
 ),
 categories as (
     select rank, window_id, run, arg_max(category, (ns, category)) as category,
-           to_json(map_from_entries(list((category::varchar, round(ns / 1000, 3)) order by ns desc, category)))::varchar
+           to_json(map_from_entries(list((category::varchar, round(ns / 1000, 3))
+                                         order by ns desc, category)))::varchar
                as time_us
     from (select n.rank, n.window_id, n.run, s.category, sum(s.ns) as ns
           from (select rank, window_id, iteration, lane, category, sum(duration_ns) as ns from segments group by all) s
@@ -106,7 +107,8 @@ longest as (
     group by l.rank, l.window_id, l.run
 )
 select s.rank, w.step, w.start_ns as window_start_ns, w.end_ns as window_end_ns, s.start_ns, s.end_ns,
-       s.segments, s.first_position, s.last_position, c.category::varchar as category, c.time_us, coalesce(l.events, 0) as events,
+       s.segments, s.first_position, s.last_position, c.category::varchar as category, c.time_us,
+       coalesce(l.events, 0) as events,
        coalesce(l.longest, []) as longest, l.only_event,
        s.first_event.id as first_event_id, s.first_event.start_ns as first_event_start_ns,
        s.first_event.end_ns as first_event_end_ns, s.last_event.id as last_event_id,

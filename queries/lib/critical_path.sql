@@ -279,8 +279,8 @@ create or replace macro _critical_path_states() as table
         from cp_links
         where kind = 'stream' and src_ts <= dst_ts
         union all
-        select rank, dst, src, 2, src_end, true, dst, _critical_path_category('sync_wait'), kind = 'stream_wait_inferred',
-               null
+        select rank, dst, src, 2, src_end, true, dst, _critical_path_category('sync_wait'),
+               kind = 'stream_wait_inferred', null
         from cp_links
         where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
         union all
