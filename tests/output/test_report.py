@@ -9,6 +9,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import zipfile
 from dataclasses import replace as replaced
 from decimal import Decimal
@@ -439,6 +440,54 @@ def test_same_traces_give_the_same_bytes_every_time(synth, tmp_path):
     for attempt in range(3):
         again = report.write_reports(tables, tmp_path / str(attempt), problems=[])
         assert [p.read_bytes() for p in again] == [p.read_bytes() for p in paths]
+
+
+def test_workbooks_written_beside_the_analyses_are_those_written_after_them(qwen, synth, tmp_path):
+    """A report writes each sheet as its analyses end, beside the others still running; the same bytes as the
+    workbooks written from the finished analyses."""
+    for tables, paths in ((qwen[0], qwen[1]), (synth[0], synth[2])):
+        done = report.run_analyses(tables)
+        after = report.write_reports(tables, tmp_path / str(len(paths)), analyses_done=done, problems=[])
+        assert [p.name for p in after] == [p.name for p in paths]
+        assert [p.read_bytes() for p in after] == [p.read_bytes() for p in paths]
+
+
+def test_sheets_are_written_while_analyses_still_run(qwen, tmp_path, monkeypatch):
+    """The Overview is written before the critical path's last analysis ends: that analysis waits until it is."""
+    tables, paths, _, _ = qwen
+    overview_written = threading.Event()
+    real_step, real_write_sheet = analyses.run_step, report.WorkbookWriter.write_sheet
+
+    def run_step(con, step, *rest, **named):
+        if step == "critical_path_top":
+            assert overview_written.wait(60), "the Overview was not written before the analyses ended"
+        return real_step(con, step, *rest, **named)
+
+    def write_sheet(writer, sheet, taken):
+        real_write_sheet(writer, sheet, taken)
+        if sheet.name == "Overview":
+            overview_written.set()
+
+    monkeypatch.setattr(analyses, "run_step", run_step)
+    monkeypatch.setattr(report.WorkbookWriter, "write_sheet", write_sheet)
+    again = report.write_reports(tables, tmp_path, problems=[])
+    assert overview_written.is_set() and again[0].read_bytes() == paths[0].read_bytes()
+
+
+def test_an_error_in_the_analyses_stops_the_writer_and_leaves_no_workbook(qwen, tmp_path, monkeypatch):
+    tables = qwen[0]
+    real_step = analyses.run_step
+
+    def run_step(con, step, *rest, **named):
+        if step == "op_perf":
+            raise RuntimeError("op_perf broke")
+        return real_step(con, step, *rest, **named)
+
+    monkeypatch.setattr(analyses, "run_step", run_step)
+    with pytest.raises(RuntimeError, match="op_perf broke"):
+        report.write_reports(tables, tmp_path / "out", problems=[])
+    assert list(tmp_path.iterdir()) == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("tracekit-write")]
 
 
 def test_rows_with_equal_sort_keys_come_out_in_one_order_whatever_the_input_order():

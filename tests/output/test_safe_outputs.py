@@ -160,7 +160,7 @@ def test_replacing_a_dataset_leaves_none_of_its_files(tables, tmp_path):
 
 def test_report_failing_on_the_second_workbook_keeps_the_previous_report(tables, tmp_path, monkeypatch):
     done = report.run_analyses(tables)
-    monkeypatch.setattr(report, "write_workbook", fail_on_call(2, report.write_workbook))
+    monkeypatch.setattr(report, "WorkbookWriter", fail_on_call(2, report.WorkbookWriter))
     with pytest.raises(Boom):
         report.write_reports(tables, tmp_path / "new" / "report", analyses_done=done, problems=[])
     assert list(tmp_path.iterdir()) == [], "the folders it made are gone too"
@@ -169,7 +169,7 @@ def test_report_failing_on_the_second_workbook_keeps_the_previous_report(tables,
     report.write_reports(tables, tmp_path / "report", analyses_done=done, problems=[])
     before = snapshot(tmp_path)
     assert sorted(before) == ["report/rank0.xlsx", "report/rank1.xlsx", "report/ranks.xlsx"]
-    monkeypatch.setattr(report, "write_workbook", fail_on_call(2, report.write_workbook))
+    monkeypatch.setattr(report, "WorkbookWriter", fail_on_call(2, report.WorkbookWriter))
     with pytest.raises(Boom):
         report.write_reports(tables, tmp_path / "report", force=True, analyses_done=done, problems=[])
     assert snapshot(tmp_path) == before

@@ -123,6 +123,49 @@ def test_failures_are_the_same_reasons_in_the_same_order(tables, monkeypatch):
     assert list(one) == list(many)
 
 
+def test_arrivals_get_every_requested_analysis_and_every_failure_as_the_run_returns_them(tables, monkeypatch):
+    real_materialize = catalog.materialize_macro
+
+    def materialize(con, name):
+        if name == "step_windows":
+            raise duckdb.InvalidInputException("step_windows broke")
+        real_materialize(con, name)
+
+    monkeypatch.setattr(catalog, "materialize_macro", materialize)
+    names = [*NAMES, "no_such_analysis"]
+    for threads in (1, 3):
+        arrivals, failures = analyses.Arrivals(names), {}
+        results = analyses.run_all(tables, names, failures, threads=threads, arrivals=arrivals)
+        assert arrivals.failures == {name: why for name, why in failures.items() if name in names}
+        assert "step_stats" in arrivals.failures and "no_such_analysis" in arrivals.failures
+        assert arrivals.results.keys() == results.keys()
+        assert all(arrivals.results[name] is results[name] for name in results)
+        arrivals.wait_for(names)  # every one has arrived: returns at once
+
+
+def test_waiting_for_arrivals_stops_with_the_run_and_never_waits_for_what_was_not_asked():
+    arrivals = analyses.Arrivals(["a", "b"])
+    arrivals.wait_for(["c"])  # not asked for: not coming
+    arrivals.arrive("a", None, "broke")
+    arrivals.wait_for(["a", "c"])
+    waited: list[BaseException | None] = []
+
+    def wait_for_b():
+        try:
+            arrivals.wait_for(["a", "b"])
+            waited.append(None)
+        except analyses.RunStopped as exc:
+            waited.append(exc)
+
+    waiter = threading.Thread(target=wait_for_b)
+    waiter.start()
+    time.sleep(0.05)
+    assert not waited, "returned before b arrived"
+    arrivals.stop()
+    waiter.join(10)
+    assert len(waited) == 1 and isinstance(waited[0], analyses.RunStopped)
+
+
 def test_a_query_out_of_memory_beside_others_runs_again_alone(tables, monkeypatch):
     real_step = analyses.run_step
     running, tries, lock = set(), [], threading.Lock()

@@ -14,6 +14,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -38,8 +39,8 @@ from tracekit.output.xlsx import (
     NumberFormat,
     Sheet,
     Style,
+    WorkbookWriter,
     shape_rows,
-    write_workbook,
 )
 from tracekit.pipeline import Progress as ReadProgress
 from tracekit.pipeline import run_plan
@@ -178,12 +179,12 @@ class Analyses:
 
 def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: tuple[str, ...] = (),
                  names: list[str] | None = None, given: dict[str, pl.DataFrame] | None = None,
-                 critical_path: bool = True) -> Analyses:
+                 critical_path: bool = True, arrivals: analyses.Arrivals | None = None) -> Analyses:
     """Run every query the workbooks read (those of the critical path only with `critical_path`; and `extra` ones),
     each once over all ranks; or the analyses `names`.
 
     `given`: results already computed elsewhere (per-rank analyses run where each rank was read), which the
-    analyses reading them take as they are.
+    analyses reading them take as they are. `arrivals`: handed each result as it ends (`analyses.run_all`).
     """
     names = names or list(dict.fromkeys(report_queries(len(tables.rank_list), critical_path) + list(extra)))
     failures: dict[str, str] = {}
@@ -192,7 +193,7 @@ def run_analyses(tables: TraceTables, progress: Progress | None = None, extra: t
     # and every sort breaks ties, so the same input still gives the same bits (and bytes).
     results = analyses.run_all(tables, names, failures, given=given,
                                progress=lambda name: progress(next(done), len(names), f"analysis {name}")
-                               if progress else None)
+                               if progress else None, arrivals=arrivals)
     return Analyses(results, failures, tuple(tables.rank_list))
 
 
@@ -219,20 +220,22 @@ def split_by_rank(frame: pl.DataFrame) -> dict[int, pl.DataFrame]:
 def sheets_for(spec: WorkbookSpec, data: dict[str, pl.DataFrame], failures: dict[str, str],
                problems: list[str]) -> list[Sheet]:
     """Concrete sheets of one workbook from its query results (already cut to the workbook's rank)."""
-    sheets: list[Sheet] = []
-    for sheet in spec.sheets:
-        for block in sheet.blocks:
-            if block.query in failures:
-                problems.append(f"{spec.name}.toml sheet {sheet.name!r}: left out query {block.query}: "
-                                f"{failures[block.query]}")
-        frames = [(b, data.get(b.query)) for b in sheet.blocks if data.get(b.query) is not None]
-        if sheet.split_by:
-            for value in split_values(sheet, frames):
-                parts = [(b, f.filter(pl.col(sheet.split_by) == value)) for b, f in frames]
-                sheets += non_empty(sheet.name.format(value=value), parts)
-        else:
-            sheets += non_empty(sheet.name, frames)
-    return sheets
+    return [made for sheet in spec.sheets for made in sheets_of(spec, sheet, data, failures, problems)]
+
+
+def sheets_of(spec: WorkbookSpec, sheet: SheetSpec, data: dict[str, pl.DataFrame], failures: dict[str, str],
+              problems: list[str]) -> list[Sheet]:
+    """The concrete sheets of one sheet of SPEC (none, one, or one per value of its `split_by`)."""
+    for block in sheet.blocks:
+        if block.query in failures:
+            problems.append(f"{spec.name}.toml sheet {sheet.name!r}: left out query {block.query}: "
+                            f"{failures[block.query]}")
+    frames = [(b, data.get(b.query)) for b in sheet.blocks if data.get(b.query) is not None]
+    if sheet.split_by:
+        return [made for value in split_values(sheet, frames)
+                for made in non_empty(sheet.name.format(value=value),
+                                      [(b, f.filter(pl.col(sheet.split_by) == value)) for b, f in frames])]
+    return non_empty(sheet.name, frames)
 
 
 def split_values(sheet: SheetSpec, frames: list[tuple[Block, pl.DataFrame]]) -> list[str]:
@@ -287,10 +290,15 @@ def write_reports(tables: TraceTables, out_dir: Path, force: bool = False, *, an
     """
     out_dir = Path(out_dir)
     check_out_dir(out_dir, force)
-    done = analyses_done or run_analyses(tables, progress, critical_path=critical_path)
-    jobs = workbook_jobs(done.ranks)
+    jobs = workbook_jobs(tuple(analyses_done.ranks if analyses_done else tables.rank_list))
     with staged_workbooks(out_dir) as staging:
-        notes = write_workbooks(done, jobs, [staging / workbook_name(job) for job in jobs], progress)
+        paths = [staging / workbook_name(job) for job in jobs]
+        if analyses_done:
+            notes = write_workbooks(analyses.Arrivals(results=analyses_done.results,
+                                                      failures=analyses_done.failures), jobs, paths, progress)
+        else:
+            _, notes = analysed_and_written(tables, report_queries(len(tables.rank_list), critical_path), jobs,
+                                            paths, progress)
         paths = published(out_dir, staging, [workbook_name(job) for job in jobs])
     report_problems(notes, problems)
     return paths
@@ -325,7 +333,8 @@ def report(inputs: Inputs, out_dir: Path, executor=None, force: bool = False, ra
         report_done = Analyses(results, failures, tuple(done.ranks))
         jobs = workbook_jobs(report_done.ranks, per_rank=False)
         problems = [note for p in parts for note in p.problems]
-        problems += write_workbooks(report_done, jobs, [staging / workbook_name(job) for job in jobs])
+        problems += write_workbooks(analyses.Arrivals(results=results, failures=failures), jobs,
+                                    [staging / workbook_name(job) for job in jobs])
         paths = published(out_dir, staging, [workbook_name(job) for job in workbook_jobs(report_done.ranks)])
     return report_done, paths, list(dict.fromkeys(problems))
 
@@ -349,10 +358,25 @@ def report_job(tables: TraceTables, names: list[str], staging: Path, peaks=None,
     if whole:
         names = names + [q for q in across_rank_queries(len(tables.rank_list), extra, critical_path)
                          if q not in names]
-    done = run_analyses(tables.with_peaks(peaks), names=names)
-    jobs = workbook_jobs(done.ranks, per_rank=True)
-    problems = write_workbooks(done, jobs, [staging / workbook_name(job) for job in jobs])
+    jobs = workbook_jobs(tuple(tables.rank_list), per_rank=True)
+    done, problems = analysed_and_written(tables.with_peaks(peaks), names, jobs,
+                                          [staging / workbook_name(job) for job in jobs])
     return ReportPart(done.results, done.failures, problems, tables.ranks)
+
+
+def analysed_and_written(tables: TraceTables, names: list[str], jobs: list[tuple[WorkbookSpec, int | None]],
+                         paths: list[Path], progress: Progress | None = None) -> tuple[Analyses, list[str]]:
+    """The analyses NAMES (`run_analyses`), and the workbooks JOBS written to PATHS beside them, each sheet once
+    the analyses it shows have ended (`write_workbooks`): written after them all, the workbooks left a core idle
+    for most of their writing on a 2-core machine (bench/RESULTS.md). The analyses and the writer's problems."""
+    arrivals = analyses.Arrivals(names)
+    with ThreadPoolExecutor(1, thread_name_prefix="tracekit-write") as pool:
+        writing = pool.submit(write_workbooks, arrivals, jobs, paths, progress)
+        try:
+            done = run_analyses(tables, progress, names=names, arrivals=arrivals)
+        finally:
+            arrivals.stop()  # an error: the writer stops too (its workbooks are in the staging folder)
+        return done, writing.result()
 
 
 @contextmanager
@@ -388,21 +412,38 @@ def workbook_jobs(ranks: tuple[int, ...], per_rank: bool | None = None) -> list[
             and per_rank in (None, spec.per_rank) for rank in (ranks if spec.per_rank else [None])]
 
 
-def write_workbooks(done: Analyses, jobs: list[tuple[WorkbookSpec, int | None]], paths: list[Path],
+def write_workbooks(arrived: analyses.Arrivals, jobs: list[tuple[WorkbookSpec, int | None]], paths: list[Path],
                     progress: Progress | None = None) -> list[str]:
-    """Write each job's workbook from the results in `done` (cut to its rank) to its path; returns the problems."""
+    """Write each job's workbook to its path from the results in ARRIVED (cut to its rank), in order, each sheet
+    once the analyses it shows have ended; returns the problems."""
     notes: list[str] = []
-    per_rank = {name: split_by_rank(frame) for name, frame in done.results.items()}
+    per_rank: dict[str, dict[int, pl.DataFrame]] = {}  # each result cut by rank once, when first needed
+
+    def frame_of(name: str, rank: int | None) -> pl.DataFrame | None:
+        frame = arrived.results.get(name)
+        if frame is None or rank is None:
+            return frame
+        if "rank" not in frame.columns:
+            return None
+        if name not in per_rank:
+            per_rank[name] = split_by_rank(frame)
+        return per_rank[name].get(rank, frame.clear())
+
+    def data_of(names: Iterable[str], rank: int | None) -> dict[str, pl.DataFrame]:
+        arrived.wait_for(names)
+        return {name: frame for name in names if (frame := frame_of(name, rank)) is not None}
+
     for step, ((spec, rank), path) in enumerate(zip(jobs, paths), 1):
         if progress:
             progress(step, len(jobs), f"writing {path.name}")
-        if rank is None:
-            data = done.results
-        else:
-            data = {name: per_rank[name].get(rank, frame.clear()) for name, frame in done.results.items()
-                    if "rank" in frame.columns}
-        spec = workbook_spec(spec.name, device_word(data))
-        notes += write_workbook(path, sheets_for(spec, data, done.failures, notes), style())
+        spec = workbook_spec(spec.name, device_word(data_of(["rank_info"], rank)))
+        writer, taken, left_out = WorkbookWriter(path, style()), set(), []
+        for sheet in spec.sheets:
+            queries = list(dict.fromkeys(block.query for block in sheet.blocks))
+            for made in sheets_of(spec, sheet, data_of(queries, rank), arrived.failures, left_out):
+                writer.write_sheet(made, taken)
+        writer.close()
+        notes += left_out + writer.problems
     return list(dict.fromkeys(notes))
 
 

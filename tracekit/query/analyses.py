@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from functools import cache
 from typing import TypeVar
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import duckdb
 import polars as pl
@@ -31,7 +31,7 @@ from tracekit.engine import catalog, connection
 from tracekit.engine.catalog import analysis_inputs, analysis_order, available, connect, ready
 from tracekit.engine.tables import TraceTables
 
-__all__ = ["analysis_inputs", "in_background", "run", "run_all", "run_into"]
+__all__ = ["Arrivals", "analysis_inputs", "in_background", "run", "run_all", "run_into"]
 
 T = TypeVar("T")
 
@@ -134,7 +134,8 @@ def one_line(exc: BaseException) -> str:
 
 def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[str, str] | None = None,
             progress=None, threads: int | None = None, given: dict[str, pl.DataFrame] | None = None,
-            con: duckdb.DuckDBPyConnection | None = None, free_shared: bool = False) -> dict[str, pl.DataFrame]:
+            con: duckdb.DuckDBPyConnection | None = None, free_shared: bool = False,
+            arrivals: Arrivals | None = None) -> dict[str, pl.DataFrame]:
     """Several analyses over one database (tables registered, shared macros computed once, each result shared
     with the analyses that read it), several at a time (`connection.query_workers`).
 
@@ -144,11 +145,13 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     the analyses as they are, not run again. On `con` when given (one made by `connect(tables, materialize=True)`,
     which the caller uses further), else on a connection of its own. With `free_shared` (always on a connection of
     its own; a caller's once it runs nothing more on it) each shared table is dropped once the analyses that read it
-    have run.
+    have run. `arrivals` is handed each requested analysis's result (or why it failed) as it ends, for a consumer in
+    another thread (`Arrivals.wait_for`).
     """
     if con is None:
         with connect(tables, materialize=True, threads=threads) as fresh:
-            return run_all(tables, names, failures, progress, threads, given, fresh, free_shared=True)
+            return run_all(tables, names, failures, progress, threads, given, fresh, free_shared=True,
+                           arrivals=arrivals)
     results: dict[str, pl.DataFrame] = dict(given or {})
     wanted = names or available()
     failed = dict(failures or {})
@@ -160,9 +163,22 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     bound = {name: frame.to_arrow() for name, frame in results.items() if name in read}
     for name, table in bound.items():
         con.register(name, table)
-    done = (lambda step: progress(step) if step in wanted else None) if progress else (lambda step: None)
-    workers = connection.query_workers(threads)
+    if arrivals is not None:  # those given, and those that failed before running (a missing query file)
+        for name in wanted:
+            if name in results or name in failed:
+                arrivals.arrive(name, results.get(name), failed.get(name))
+
     kept = set(wanted)
+
+    def done(step: str) -> None:
+        if step not in kept:
+            return
+        if arrivals is not None:
+            arrivals.arrive(step, results.get(step), failed.get(step))
+        if progress:
+            progress(step)
+
+    workers = connection.query_workers(threads)
     if workers > 1 and len(steps) > 1:
         run_concurrently(con, tables, bound, steps, kept, results, failed, failures is not None, workers, done,
                          free_shared=free_shared)
@@ -219,10 +235,12 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
         finally:
             cursors.put(cur)
 
-    # the longest chain of nodes waiting on a node first: the critical path's four shared tables and its analysis
-    # run one after the other, and started last they ran alone at the end (A100 trace: 2.45 s, 1.25 s of it theirs);
-    # among equal chains, the node with the longest chain behind it: it read the tables made last, and started
-    # after the nodes ready long before it, it ran alone at the end (OWLv2: critical_path_top, 0.12 s)
+    # first what the critical path's walk waits on (its shared tables: half the instructions of a report's
+    # analyses, one after the other), by the longest chain of nodes waiting on a node (started last, they ran alone
+    # at the end: A100 trace, 2.45 s, 1.25 s of it theirs), then the longest chain behind it; the others in the
+    # order they were asked for (STEPS), each node at the place of the first step that waits on it: a report
+    # writes its sheets in that order as their analyses end (OWLv2: the Overview's analyses, started last, held
+    # every sheet back to the end of the analyses)
     waiting = {node: [n for n in needs if node in needs[n]] for node in needs}
 
     @cache
@@ -233,7 +251,19 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
     def behind(node: str) -> int:
         return 1 + max(map(behind, needs[node]), default=0)
 
-    pending = sorted(needs, key=lambda n: (-chain(n), -behind(n)))
+    @cache
+    def before(node: str) -> frozenset[str]:
+        return frozenset(needs[node]).union(*map(before, needs[node]))
+
+    asked = {step: i for i, step in enumerate(steps)}
+
+    @cache
+    def place(node: str) -> int:
+        return asked[node] if node in asked else min(map(place, waiting[node]), default=len(steps))
+
+    walk = {step for step in steps if catalog.walks_critical_path(step)}
+    walk |= set().union(*map(before, walk))
+    pending = sorted(needs, key=lambda n: (n not in walk, 0 if n in walk else place(n), -chain(n), -behind(n)))
     running, finished, alone = {}, set(), []
     with connection.threads_shared(con) as share:
         pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query")
@@ -286,6 +316,50 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
             pool.shutdown(wait=True, cancel_futures=True)
             for cur in made:
                 cur.close()
+
+
+class RunStopped(Exception):
+    """The run the consumer of `Arrivals` waited on ended before what it waited for arrived (an error, Ctrl-C)."""
+
+
+class Arrivals:
+    """Analyses' results (or why each failed) as a run hands them over (`run_all(arrivals=...)`), for a consumer in
+    another thread that waits for those it needs: a report writes each sheet once the analyses it shows have ended,
+    beside the analyses still running. EXPECTED: the analyses the run was asked for (a wait for any other returns at
+    once: that one is not coming). Made with RESULTS and FAILURES, it holds a run that has ended."""
+
+    def __init__(self, expected: Iterable[str] = (), results: dict[str, pl.DataFrame] | None = None,
+                 failures: dict[str, str] | None = None):
+        self.expected = frozenset(expected)
+        self.results = dict(results or {})
+        self.failures = dict(failures or {})
+        self._ended = set(self.results) | set(self.failures)
+        self._changed = threading.Condition()
+        self._stopped = False
+
+    def arrive(self, name: str, result: pl.DataFrame | None, failure: str | None) -> None:
+        with self._changed:
+            if failure is not None:
+                self.failures[name] = failure
+            elif result is not None:
+                self.results[name] = result
+            self._ended.add(name)
+            self._changed.notify_all()
+
+    def stop(self) -> None:
+        """The run has ended: a consumer waiting for what has not arrived (the run failed), or about to, stops
+        (`RunStopped`)."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+
+    def wait_for(self, names: Iterable[str]) -> None:
+        """Return once each of NAMES that is expected has ended; raise RunStopped if the run stopped first."""
+        pending = [name for name in names if name in self.expected]
+        with self._changed:
+            self._changed.wait_for(lambda: self._stopped or all(name in self._ended for name in pending))
+            if self._stopped and not all(name in self._ended for name in pending):
+                raise RunStopped
 
 
 def combine_ranks(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
