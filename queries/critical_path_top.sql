@@ -19,22 +19,43 @@
 with
 -- the segments come summed per event (step_critical_paths), their names looked up then: far fewer rows than
 -- segments (an inference trace whose path runs through every Python frame: 149k rows for 297k segments)
-by_event as (
+by_event as materialized (
     select rank, event_id, category, window_start_ns, duration_ns as time_ns, segments
     from step_critical_paths()
 ),
-by_name as (
+-- count(distinct) of events and of windows per name without a distinct aggregate over the named rows (DuckDB
+-- materialized them and hashed the names three more times: 393M instructions on OWLv2): the rows summed per
+-- window, where an event has one row per category (step_critical_paths), so a name's windows are its rows here
+-- and its events their event rows less the repeats of an event in several windows (overlapping steps; few)
+by_window as (
     -- ProfilerStep#N are one name: the step annotations' own time
     -- (the regexp on the few names that can match: on every name it was a fifth of this query, OWLv2)
     select p.rank, case when starts_with(e.name, 'ProfilerStep#')
                         then regexp_replace(e.name, '^ProfilerStep#\d+$', 'ProfilerStep#N')
                         else coalesce(e.name, '(no event)') end as name,
-           e.kind, p.category,
-           sum(p.time_ns) as time_ns, sum(p.segments) as segments, count(distinct p.event_id) as events,
-           count(distinct p.window_start_ns) as steps
+           e.kind, p.category, p.window_start_ns,
+           sum(p.time_ns) as time_ns, sum(p.segments) as segments, count(p.event_id) as event_rows
     from by_event p
     left join events e on e.rank = p.rank and e.id = p.event_id
     group by all
+),
+repeats as (
+    select p.rank, case when starts_with(e.name, 'ProfilerStep#')
+                        then regexp_replace(e.name, '^ProfilerStep#\d+$', 'ProfilerStep#N')
+                        else coalesce(e.name, '(no event)') end as name,
+           e.kind, p.category, sum(p.windows - 1) as repeats
+    from (select rank, event_id, category, count(*) as windows from by_event where event_id is not null
+          group by all having count(*) > 1) p
+    left join events e on e.rank = p.rank and e.id = p.event_id
+    group by all
+),
+by_name as (
+    select w.rank, w.name, w.kind, w.category, sum(w.time_ns) as time_ns, sum(w.segments) as segments,
+           sum(w.event_rows) - coalesce(any_value(r.repeats), 0) as events, count(w.window_start_ns) as steps
+    from by_window w
+    left join repeats r on r.rank = w.rank and r.name = w.name and r.kind is not distinct from w.kind
+                       and r.category = w.category
+    group by w.rank, w.name, w.kind, w.category
 ),
 ranked as (
     select *, row_number() over (partition by rank order by time_ns desc, name, kind, category) as place,
