@@ -98,9 +98,9 @@ def test_a_run_on_its_own_connection_frees_the_shared_tables_its_analyses_have_r
         assert computed and not dropped
 
 
-def test_failures_are_the_same_reasons_in_the_same_order(tables, monkeypatch):
-    """A shared table that fails fails every analysis that calls it with its own error, as one at a time; an
-    analysis reading a failed one says so; a missing one is named."""
+@pytest.fixture
+def step_windows_broken(monkeypatch):
+    """The shared table step_windows fails (step_stats and others call it)."""
     real_materialize = catalog.materialize_macro
 
     def materialize(con, name):
@@ -109,6 +109,11 @@ def test_failures_are_the_same_reasons_in_the_same_order(tables, monkeypatch):
         real_materialize(con, name)
 
     monkeypatch.setattr(catalog, "materialize_macro", materialize)
+
+
+def test_failures_are_the_same_reasons_in_the_same_order(tables, step_windows_broken):
+    """A shared table that fails fails every analysis that calls it with its own error, as one at a time; an
+    analysis reading a failed one says so; a missing one is named."""
     names = [*NAMES, "no_such_analysis"]
     one_failures: dict[str, str] = {}
     many_failures: dict[str, str] = {}
@@ -123,15 +128,7 @@ def test_failures_are_the_same_reasons_in_the_same_order(tables, monkeypatch):
     assert list(one) == list(many)
 
 
-def test_arrivals_get_every_requested_analysis_and_every_failure_as_the_run_returns_them(tables, monkeypatch):
-    real_materialize = catalog.materialize_macro
-
-    def materialize(con, name):
-        if name == "step_windows":
-            raise duckdb.InvalidInputException("step_windows broke")
-        real_materialize(con, name)
-
-    monkeypatch.setattr(catalog, "materialize_macro", materialize)
+def test_arrivals_get_every_result_and_failure_the_run_gives(tables, step_windows_broken):
     names = [*NAMES, "no_such_analysis"]
     for threads in (1, 3):
         arrivals, failures = analyses.Arrivals(names), {}
