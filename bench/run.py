@@ -442,16 +442,17 @@ def compare_outputs(new: Path, base: Path) -> tuple[list[str], list[str]]:
 def stages_child(trace: Path, out: Path, one_at_a_time: bool) -> None:
     """One report of TRACE in this process, timed by stage (wall and CPU seconds: imports, read, link, analyses,
     write; imports' wall is the CPU of the interpreter's start too) with the peak RSS after each; its analyses as
-    the report runs them (`run_all`), or with ONE_AT_A_TIME each on its own and timed (CPU seconds of each, after
-    the ones it reads, and how much it raised the peak; a shared table is computed, and counted, in the first
-    analysis that calls its macro); prints one JSON line."""
+    the report runs them (`analysed_and_written`: the workbooks written beside them), or with ONE_AT_A_TIME each
+    on its own and timed (CPU seconds of each, after the ones it reads, and how much it raised the peak; a shared
+    table is computed, and counted, in the first analysis that calls its macro), the workbooks written after them;
+    prints one JSON line."""
     import tracekit  # noqa: F401  (what `tracekit report` imports)
     from tracekit.cli import traces  # noqa: F401
     from tracekit.engine.catalog import analysis_order, connect
     from tracekit.link.edges import build_edges
     from tracekit.output import terminal, workbooks
     from tracekit.pipeline import read_files
-    from tracekit.query.analyses import run_all, run_into
+    from tracekit.query.analyses import run_into
 
     clocks = [(time.perf_counter(), time.process_time())]
     stages = {"imports": (time.process_time(), time.process_time())}
@@ -469,7 +470,22 @@ def stages_child(trace: Path, out: Path, one_at_a_time: bool) -> None:
     order = list(dict.fromkeys(step for name in names for step in analysis_order(name)))
     per_analysis, results, failures = {}, {}, {}
     start = clocks[-1]
-    if not one_at_a_time and hasattr(workbooks, "analysed_and_written"):
+    if one_at_a_time:
+        with connect(tables, materialize=True) as con:
+            before = peak_rss_mb()
+            # the shared tables are computed by the first analysis that needs each (`catalog.connect`)
+            per_analysis["(connection)"] = (lap()[1], before - peaks["link"])
+            for name in order:
+                run_into(con, name, results, failures)
+                per_analysis[name] = (lap()[1], peak_rss_mb() - before)
+                before = peak_rss_mb()
+            lap()
+        stages["analyses"] = (clocks[-1][0] - start[0], clocks[-1][1] - start[1])
+        peaks["analyses"] = peak_rss_mb()
+        done = workbooks.Analyses({n: results[n] for n in names if n in results}, failures, tuple(tables.rank_list))
+        workbooks.write_reports(tables, out, force=True, analyses_done=done, problems=[])
+        stages["write"], peaks["write"] = lap(), peak_rss_mb()
+    else:
         # as the report runs them, the workbooks written beside the analyses: `analyses` ends with the last
         # analysis, `write` is what the writing took after it
         jobs = workbooks.workbook_jobs(tuple(tables.rank_list))
@@ -486,25 +502,6 @@ def stages_child(trace: Path, out: Path, one_at_a_time: bool) -> None:
         stages["analyses"] = (clocks[-1][0] - start[0], clocks[-1][1] - start[1])
         stages["write"], peaks["analyses"] = lap(), peak_rss_mb()
         peaks["write"] = peaks["analyses"]  # one peak for both: they overlap
-        print(json.dumps({"stages": stages, "peak_mb": peaks, "events": tables.events.num_rows,
-                          "per_analysis": per_analysis}))
-        return
-    with connect(tables, materialize=True) as con:
-        before = peak_rss_mb()
-        # the shared tables are computed by the first analysis that needs each (`catalog.connect`)
-        per_analysis["(connection)"] = (lap()[1], before - peaks["link"])
-        if not one_at_a_time:
-            results = run_all(tables, names, failures, con=con, free_shared=True)  # as the report's own run
-        for name in order if one_at_a_time else ():
-            run_into(con, name, results, failures)
-            per_analysis[name] = (lap()[1], peak_rss_mb() - before)
-            before = peak_rss_mb()
-        lap()
-    stages["analyses"] = (clocks[-1][0] - start[0], clocks[-1][1] - start[1])
-    peaks["analyses"] = peak_rss_mb()
-    done = workbooks.Analyses({n: results[n] for n in names if n in results}, failures, tuple(tables.rank_list))
-    workbooks.write_reports(tables, out, force=True, analyses_done=done, problems=[])
-    stages["write"], peaks["write"] = lap(), peak_rss_mb()
     print(json.dumps({"stages": stages, "peak_mb": peaks, "events": tables.events.num_rows,
                       "per_analysis": per_analysis}))
 
