@@ -29,21 +29,14 @@ by_event as materialized (
 -- and its events their event rows less the repeats of an event in several windows (overlapping steps; few)
 by_window as (
     -- ProfilerStep#N are one name: the step annotations' own time
-    -- (the regexp on the few names that can match: on every name it was a fifth of this query, OWLv2)
-    select p.rank, case when starts_with(e.name, 'ProfilerStep#')
-                        then regexp_replace(e.name, '^ProfilerStep#\d+$', 'ProfilerStep#N')
-                        else coalesce(e.name, '(no event)') end as name,
-           e.kind, p.category, p.window_start_ns,
+    select p.rank, _critical_path_name(e.name) as name, e.kind, p.category, p.window_start_ns,
            sum(p.time_ns) as time_ns, sum(p.segments) as segments, count(p.event_id) as event_rows
     from by_event p
     left join events e on e.rank = p.rank and e.id = p.event_id
     group by all
 ),
 repeats as (
-    select p.rank, case when starts_with(e.name, 'ProfilerStep#')
-                        then regexp_replace(e.name, '^ProfilerStep#\d+$', 'ProfilerStep#N')
-                        else coalesce(e.name, '(no event)') end as name,
-           e.kind, p.category, sum(p.windows - 1) as repeats
+    select p.rank, _critical_path_name(e.name) as name, e.kind, p.category, sum(p.windows - 1) as repeats
     from (select rank, event_id, category, count(*) as windows from by_event where event_id is not null
           group by all having count(*) > 1) p
     left join events e on e.rank = p.rank and e.id = p.event_id

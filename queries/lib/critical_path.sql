@@ -73,6 +73,12 @@ create or replace macro _critical_path_category(name) as
     name::enum('communication', 'compute', 'cpu', 'idle', 'kernel_to_kernel_gap', 'launch', 'memcpy', 'memset',
                'sync_wait');
 
+-- _critical_path_name(name): an event's name as the path's sums by name show it: every ProfilerStep#N one name (the
+-- regexp only on the names that can match), no event "(no event)"
+create or replace macro _critical_path_name(name) as
+    case when starts_with(name, 'ProfilerStep#') then regexp_replace(name, '^ProfilerStep#\d+$', 'ProfilerStep#N')
+         else coalesce(name, '(no event)') end;
+
 -- _critical_path_events(): the events the walk goes through; lane: the event's thread or stream; cpu_kind_order: a
 -- CPU kind's place among events that start and end together (outer kinds first)
 create or replace macro _critical_path_events() as table
