@@ -1,11 +1,11 @@
--- question: Over all steps of a rank, how much of the critical path is CPU, launch, GPU compute, communication,
---   copies, memsets, gaps, sync waits and idle?
+-- question: Over all steps of a rank, how much of the critical path is CPU, launch, unexplained GPU waits, GPU
+--   compute, communication, copies, memsets, gaps, sync waits and idle?
 -- inputs: events, edges, graph_kernels
 -- includes: lib/critical_path
 -- columns:
 --   rank: rank
---   category: cpu, sync_wait, launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle (see
---     critical_path)
+--   category: cpu, sync_wait, launch, unexplained_gpu_wait, compute, communication, memcpy, memset,
+--     kernel_to_kernel_gap, idle (see critical_path)
 --   time_ms: ms, critical-path time in the category, all windows (steps) together
 --   percent: percent of the windows' total length (the categories of a rank add up to 100)
 --   segments: critical_path segments in the category

@@ -7,7 +7,9 @@
 --   step: N of ProfilerStep#N (null: the whole trace of a rank without steps)
 --   window_ms: ms, the step's length (= the critical path's length)
 --   cpu_ms: ms, CPU time on the path
---   launch_ms: ms, launch call end to GPU op start
+--   launch_ms: ms, launch call end to GPU op start (at most 25 µs each)
+--   unexplained_gpu_wait_ms: ms, GPU ops waiting more than 25 µs after what the trace says they waited for (see
+--     critical_path)
 --   compute_ms: ms, GPU compute kernels
 --   communication_ms: ms, communication kernels (communication_kernel in lib/categories.sql)
 --   memcpy_ms: ms, copies
@@ -21,6 +23,7 @@
 select rank, step, any_value(window_end_ns - window_start_ns) / 1e6 as window_ms,
        coalesce(sum(duration_ns) filter (category = 'cpu'), 0) / 1e6 as cpu_ms,
        coalesce(sum(duration_ns) filter (category = 'launch'), 0) / 1e6 as launch_ms,
+       coalesce(sum(duration_ns) filter (category = 'unexplained_gpu_wait'), 0) / 1e6 as unexplained_gpu_wait_ms,
        coalesce(sum(duration_ns) filter (category = 'compute'), 0) / 1e6 as compute_ms,
        coalesce(sum(duration_ns) filter (category = 'communication'), 0) / 1e6 as communication_ms,
        coalesce(sum(duration_ns) filter (category = 'memcpy'), 0) / 1e6 as memcpy_ms,

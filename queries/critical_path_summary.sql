@@ -1,12 +1,12 @@
--- question: Per step (or whole trace), how much of the critical path is CPU, launch, GPU compute, communication,
---   copies, memsets, gaps, sync waits and idle?
+-- question: Per step (or whole trace), how much of the critical path is CPU, launch, unexplained GPU waits, GPU
+--   compute, communication, copies, memsets, gaps, sync waits and idle?
 -- inputs: events, edges, graph_kernels
 -- includes: lib/critical_path
 -- columns:
 --   rank: rank
 --   step: N of ProfilerStep#N (null: the whole trace of a rank without steps)
---   category: cpu, sync_wait, launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle (see
---     critical_path)
+--   category: cpu, sync_wait, launch, unexplained_gpu_wait, compute, communication, memcpy, memset,
+--     kernel_to_kernel_gap, idle (see critical_path)
 --   time_ms: ms, critical-path time in the category
 --   percent: percent of the window (the categories of a window add up to 100)
 --   segments: critical_path segments in the category

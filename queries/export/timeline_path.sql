@@ -29,7 +29,8 @@ select r.pid, r.tid,
               when 'compute' then 'thread_state_running' when 'communication' then 'rail_animation'
               when 'memcpy' then 'rail_load' when 'memset' then 'rail_load' when 'cpu' then 'thread_state_runnable'
               when 'launch' then 'thread_state_iowait' when 'kernel_to_kernel_gap' then 'bad'
-              when 'sync_wait' then 'terrible' else 'grey' end)
+              when 'sync_wait' then 'terrible' when 'unexplained_gpu_wait' then 'thread_state_unknown'
+              else 'grey' end)
        || ',"ts":' || format('{}.{:03d}', (r.start_ns - $base) // 1000, (r.start_ns - $base) % 1000)
        || ',"dur":' || format('{}.{:03d}', (r.end_ns - r.start_ns) // 1000, (r.end_ns - r.start_ns) % 1000)
        || ',"args":' || to_json({'rank': r.rank, 'step': r.step, 'track': r.track, 'segments': r.segments,

@@ -5,9 +5,10 @@
 --   critical_path_segments(windows): for each window of the relation named `windows` (rank, window_id,
 --     start_ns, end_ns), the chain of events that bounds it, as segments that tile the window exactly:
 --     rank, window_id, position (1 = earliest), event_id (null: no event), kind, name, category (cpu, sync_wait,
---     launch, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle), carried_by (cpu or gpu: where
---     the event that owns the segment ran; null for idle), inferred (true: a wait after the GPU op an inferred
---     edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns, duration_ns.
+--     launch, unexplained_gpu_wait, compute, communication, memcpy, memset, kernel_to_kernel_gap, idle), carried_by
+--     (cpu or gpu: where the event that owns the segment ran; null for idle), inferred (true: a wait after the GPU
+--     op an inferred edge, sync_inferred or stream_wait_inferred, says was waited for), start_ns, end_ns,
+--     duration_ns.
 --   step_critical_paths(): the segments of each step's window (step_or_trace_windows(): the whole trace of a rank
 --     without steps; a window ends when its last work ends, GPU included) summed per event and category, in no
 --     order, with only what the analyses that sum them read (it is held for the connection's life: 149k rows for
@@ -34,7 +35,8 @@
 --     lib/categories), or memset.
 --   S of a GPU op: the latest-ready of E of the previous op on its stream (the gap is kernel_to_kernel_gap), E of
 --     its launch call (launch: call end to op start), E of a GPU op it waits on through a sync edge or a
---     stream_wait_inferred edge (sync_wait); ties prefer stream, then sync, then launch. A predecessor still
+--     stream_wait_inferred edge (sync_wait); ties prefer stream, then sync, then launch; any of the three over 25
+--     µs before the op started is unexplained_gpu_wait (_critical_path_gpu_wait). A predecessor still
 --     running when the op started (the launch call, or an overlapping op on the stream) is entered at its S
 --     instead, the time up to the op's start being that predecessor's; such a launch call is ready at the op's
 --     start, or at its own start when it went on to wait for the GPU (a blocking copy queues its op before it
@@ -71,7 +73,17 @@
 -- copied, checked and hashed row by row (the analyses that show a category turn it back into text)
 create or replace macro _critical_path_category(name) as
     name::enum('communication', 'compute', 'cpu', 'idle', 'kernel_to_kernel_gap', 'launch', 'memcpy', 'memset',
-               'sync_wait');
+               'sync_wait', 'unexplained_gpu_wait');
+
+-- _critical_path_gpu_wait(category, waited_ns): the category of a GPU op's wait for a predecessor that let it go
+-- WAITED_NS before it started (its stream's previous op: kernel_to_kernel_gap; its launch call: launch; an op it
+-- waited on: sync_wait), or unexplained_gpu_wait over 25 µs (the lag bound of link/sync_inferred_edges.sql): the
+-- latest of what the trace says the op waited for let it go that long before it started, so what held it back is
+-- not in the trace (work begun before the profile or cut from it, another process, a missing record, a slow
+-- start). Ops start a few µs after they are free to: at most 24 µs on the shared traces' paths but for these
+-- (docs/critical_path.md)
+create or replace macro _critical_path_gpu_wait(category, waited_ns) as
+    _critical_path_category(if(waited_ns > 25000, 'unexplained_gpu_wait', category));
 
 -- _critical_path_name(name): an event's name as the path's sums by name show it: every ProfilerStep#N one name (the
 -- regexp only on the names that can match), no event "(no event)"
@@ -280,12 +292,13 @@ create or replace macro _critical_path_states() as table
                case when src_end <= dst_ts then src_end else dst_ts end as ready,
                src_end <= dst_ts as pred_at_end,
                case when src_end <= dst_ts then dst else src end as segment_event,
-               if(src_end <= dst_ts, _critical_path_category('kernel_to_kernel_gap'), src_category) as category,
+               if(src_end <= dst_ts, _critical_path_gpu_wait('kernel_to_kernel_gap', dst_ts - src_end), src_category)
+                   as category,
                false as inferred, null::ubigint as elsewhere_lane
         from cp_links
         where kind = 'stream' and src_ts <= dst_ts
         union all
-        select rank, dst, src, 2, src_end, true, dst, _critical_path_category('sync_wait'),
+        select rank, dst, src, 2, src_end, true, dst, _critical_path_gpu_wait('sync_wait', dst_ts - src_end),
                kind = 'stream_wait_inferred', null
         from cp_links
         where kind in ('sync', 'stream_wait_inferred') and dst_on_gpu and src_on_gpu and src_end <= dst_ts
@@ -297,7 +310,8 @@ create or replace macro _critical_path_states() as table
                case when l.src_end <= l.dst_ts then l.src_end when w.id is not null then l.src_ts else l.dst_ts end,
                l.src_end <= l.dst_ts,
                case when l.src_end <= l.dst_ts then l.dst else l.src end,
-               _critical_path_category(if(l.src_end <= l.dst_ts, 'launch', 'cpu')),
+               if(l.src_end <= l.dst_ts, _critical_path_gpu_wait('launch', l.dst_ts - l.src_end),
+                  _critical_path_category('cpu')),
                false, if(l.src_end <= l.dst_ts, null, l.src_lane)
         from cp_links l
         left join cp_host_waits w on w.rank = l.rank and w.id = l.src

@@ -19,7 +19,8 @@ from tracekit.link.edges import inferred_edges
 from tracekit.query import analyses
 
 CATEGORIES = {"cpu", "launch", "compute", "communication", "memcpy", "memset", "kernel_to_kernel_gap", "sync_wait",
-              "idle"}
+              "unexplained_gpu_wait", "idle"}
+GPU_WAITS = ["launch", "kernel_to_kernel_gap", "sync_wait"]  # a GPU op's wait for what let it go: at most 25 µs
 GPU_CATEGORIES = {"compute", "communication", "memcpy", "memset"}
 TRACES = [
     "nvidia/a100_trainer_rank0of16_cudagraph.json.gz",  # 5 steps, CUDA graphs, zero-length duplicate runtime rows
@@ -267,3 +268,58 @@ def test_a_thread_of_python_frames_alone_neither_bounds_nor_starts_the_path():
     on_path = path.join(events.select("rank", pl.col("id").alias("event_id"), "pid", "tid"), on=["rank", "event_id"])
     assert on_path.join(waiting, on=["rank", "pid", "tid"], how="semi").is_empty()
     assert path.height > 1000 and path["duration_ns"].sum() == path["window_end_ns"][0] - path["window_start_ns"][0]
+
+
+def test_a_gpu_op_free_to_start_waits_at_most_25_us_else_the_wait_is_unexplained(walked):
+    """Every GPU op's wait on the path for its launch, its stream or an op it waited on is at most 25 µs; longer
+    ones are unexplained_gpu_wait, each carried by a GPU op that starts where it ends."""
+    path = walked["critical_path"]
+    gpu_waits = path.filter(pl.col("category").is_in(GPU_WAITS) & (pl.col("carried_by") == "gpu"))
+    assert gpu_waits.filter(pl.col("duration_ns") > 25_000).is_empty()
+    unexplained = path.filter(pl.col("category") == "unexplained_gpu_wait")
+    assert (unexplained["carried_by"] == "gpu").all()
+    assert (unexplained["kind"].is_in(["kernel", "memcpy", "memset"])).all()
+
+
+def gpu_trace_event(kind, name, ts, dur, correlation):
+    if kind == "cuda_runtime":
+        return {"ph": "X", "cat": kind, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"correlation": correlation}}
+    return {"ph": "X", "cat": kind, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": 7, "correlation": correlation}}
+
+
+def test_waits_over_25_us_with_nothing_in_the_trace_holding_the_op_are_unexplained(tmp_path):
+    """One op launches four kernels at once (µs): k1 starts 25 µs after its launch returned (launch, the bound),
+    k2 3 µs after k1 (a gap between kernels), k3 30 µs after k2 with its launch long returned (unexplained), k4 24 µs
+    after k3 (a gap): the path from k4 back through the stream, each wait labelled by its length."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::foo", "pid": 1, "tid": 1, "ts": 0, "dur": 10}]
+    for i, start in enumerate([27, 40, 80, 114]):
+        events.append(gpu_trace_event("cuda_runtime", "cudaLaunchKernel", 1 + 2 * i, 1, i + 1))
+        events.append(gpu_trace_event("kernel", f"k{i + 1}", start, 10, i + 1))
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    path = analyses.run(tracekit.load(trace), "critical_path")
+    got = [(r["name"], r["category"], r["duration_ns"] // 1000) for r in path.iter_rows(named=True)
+           if r["carried_by"] == "gpu"]
+    assert got == [("k1", "launch", 25), ("k1", "compute", 10), ("k2", "kernel_to_kernel_gap", 3),
+                   ("k2", "compute", 10), ("k3", "unexplained_gpu_wait", 30), ("k3", "compute", 10),
+                   ("k4", "kernel_to_kernel_gap", 24), ("k4", "compute", 10)]
+
+
+def test_the_first_op_of_a_sliced_serving_trace_waits_on_work_the_trace_does_not_hold():
+    """The MI300X vLLM decode replay is a slice of a served run: its first GPU op, a hipMemcpyAsync's copy, starts
+    7.8 ms after the call returned, nothing of the trace on the GPU before it. That time was 41% of the path as
+    launch; it is unexplained_gpu_wait, from the call's end to the copy's start (read off the events)."""
+    tables = tracekit.load(shared_trace("amd/mi300x_vllm_decode_graph_execution.json.gz"))
+    events = pl.from_arrow(tables.events)
+    gpu = events.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+    first = gpu.sort("ts").row(0, named=True)
+    launches = pl.from_arrow(tables.edges).filter((pl.col("kind") == "launch") & (pl.col("dst") == first["id"]))
+    call = events.filter(pl.col("id") == launches["src"][0]).row(0, named=True)
+    path = analyses.run(tables, "critical_path")
+    waits = path.filter(pl.col("category") == "unexplained_gpu_wait")
+    assert waits.select("event_id", "start_ns", "end_ns").rows() == [
+        (first["id"], call["ts"] + call["dur"], first["ts"])]
+    assert first["ts"] - (call["ts"] + call["dur"]) > 7_000_000
+    assert path.filter(pl.col("category") == "launch").is_empty()
