@@ -126,6 +126,16 @@ def qwen(tmp_path_factory):
     return tables, paths, problems, results
 
 
+def test_the_per_step_critical_path_shows_every_category_so_a_row_adds_up_to_its_step(qwen):
+    """Each category of critical_path_steps (a column per category, adding up to window_ms) is a column of the
+    sheet's Per step block: one left out (unexplained_gpu_wait_ms was) leaves a row short of its step."""
+    _, _, _, results = qwen
+    categories = {c for c in results["critical_path_steps"].columns if c.endswith("_ms") and c != "window_ms"}
+    blocks = [b for spec in report.workbook_specs() for sheet in spec.sheets for b in sheet.blocks
+              if b.query == "critical_path_steps"]
+    assert blocks and all(categories <= {c.col for c in b.columns} for b in blocks)
+
+
 def test_single_rank_writes_one_workbook_without_problems(qwen):
     tables, paths, problems, _ = qwen
     assert [p.name for p in paths] == ["rank0.xlsx"]

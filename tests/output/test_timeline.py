@@ -339,3 +339,24 @@ def test_path_track_is_the_runs_of_the_path(resnet_timeline):
         assert a["events"] == segments["event_id"].drop_nulls().n_unique()
     assert all(before != after for tracks in tracks_in_order.values() for before, after in zip(tracks, tracks[1:]))
     assert max(len(tracks) for tracks in tracks_in_order.values()) > 1
+
+
+def test_an_unexplained_gpu_wait_has_a_colour_of_its_own(tmp_path):
+    """A critical-path run whose time is mostly a GPU op's wait the trace cannot explain (k2 starts 130 µs after k1
+    with its launch long returned) is titled by that category and coloured as an unknown state, not as idle."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::foo", "pid": 1, "tid": 1, "ts": 0, "dur": 10}]
+    for i, start in enumerate([5, 145]):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": 1 + 2 * i, "dur": 1, "args": {"correlation": i + 1}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i + 1}", "pid": 0, "tid": 7, "ts": start, "dur": 10,
+                       "args": {"device": 0, "stream": 7, "correlation": i + 1}})
+    trace = tmp_path / "rank0.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "t.json.gz"
+    write_timeline(load([trace]), out)
+    runs = [e for e in read(out)["traceEvents"] if e.get("cat") == "critical_path" and e.get("ph") == "X"]
+    gpu_run = [e for e in runs if e["name"].startswith("unexplained_gpu_wait")]
+    assert len(gpu_run) == 1 and gpu_run[0]["args"]["time_us"]["unexplained_gpu_wait"] == 130
+    assert gpu_run[0]["cname"] == "thread_state_unknown"
+    others = [e for e in runs if not e["name"].startswith("unexplained_gpu_wait")]
+    assert others and "thread_state_unknown" not in {e["cname"] for e in others}
