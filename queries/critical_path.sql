@@ -13,8 +13,8 @@
 --     (launch call end to its op's start), compute, communication, memcpy, memset (a GPU op running; GPU
 --     categories by gpu_timeline_category of lib/categories), kernel_to_kernel_gap (a stream between two ops),
 --     unexplained_gpu_wait (a GPU op starting more than 25 µs after the last of what the trace says it waited for
---     let it go: its launch call's return, its stream's previous op, an op it waited on; what held it back is not
---     in the trace), idle (nothing)
+--     let it go: its launch call's return, its stream's previous op, an op it waited on; or, for an op with none of
+--     these in the trace, back to the window start: what held it back is not in the trace), idle (nothing)
 --   carried_by: cpu or gpu: where the event owning the segment ran (null: idle)
 --   inferred: true for a sync_wait that follows an inferred edge (sync_inferred: a host call's wait;
 --     stream_wait_inferred: a GPU op's wait for another stream; thread_wait_inferred: a host thread's wait for

@@ -8,8 +8,8 @@
 --   window_ms: ms, the step's length (= the critical path's length)
 --   cpu_ms: ms, CPU time on the path
 --   launch_ms: ms, launch call end to GPU op start (at most 25 µs each)
---   unexplained_gpu_wait_ms: ms, GPU ops waiting more than 25 µs after what the trace says they waited for (see
---     critical_path)
+--   unexplained_gpu_wait_ms: ms, GPU ops waiting more than 25 µs after what the trace says they waited for, or
+--     with nothing in the trace before them (see critical_path)
 --   compute_ms: ms, GPU compute kernels
 --   communication_ms: ms, communication kernels (communication_kernel in lib/categories.sql)
 --   memcpy_ms: ms, copies

@@ -40,7 +40,8 @@
 --     running when the op started (the launch call, or an overlapping op on the stream) is entered at its S
 --     instead, the time up to the op's start being that predecessor's; such a launch call is ready at the op's
 --     start, or at its own start when it went on to wait for the GPU (a blocking copy queues its op before it
---     waits). Nothing: idle.
+--     waits). Nothing (no launch call found, the first op on its stream): unexplained_gpu_wait back to the window
+--     start, owned by the op.
 -- From the event that ends last inside the window (idle after it), the walk follows predecessors back to the
 -- window start or to a state with none. Its position is a cursor, the time up to which the window is explained:
 -- a step into a state at time t moves it to max(window start, min(cursor, t)) and covers what it passed, so the
@@ -318,8 +319,11 @@ create or replace macro _critical_path_states() as table
         where l.kind = 'launch' and l.src_ts <= l.dst_ts
     ),
     cp_gpu_start as (
+        -- an op with no predecessor (no launch call found, the first on its stream) owns the time back to the
+        -- window start, unexplained: what launched it is not in the trace
         select g.rank, g.id, false as at_end, c.pred as next_id, c.pred_at_end as next_at_end,
-               c.segment_event, coalesce(c.category, _critical_path_category('idle')) as category,
+               coalesce(c.segment_event, g.id) as segment_event,
+               coalesce(c.category, _critical_path_category('unexplained_gpu_wait')) as category,
                coalesce(c.inferred, false) as inferred,
                c.elsewhere_lane,
                g.ts as tau, g.lane, g.k as k1, 0 as k2, 0 as k3

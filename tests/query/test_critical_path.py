@@ -270,15 +270,31 @@ def test_a_thread_of_python_frames_alone_neither_bounds_nor_starts_the_path():
     assert path.height > 1000 and path["duration_ns"].sum() == path["window_end_ns"][0] - path["window_start_ns"][0]
 
 
-def test_a_gpu_op_free_to_start_waits_at_most_25_us_else_the_wait_is_unexplained(walked):
+def test_a_gpu_op_free_to_start_waits_at_most_25_us_else_the_wait_is_unexplained(tables, walked):
     """Every GPU op's wait on the path for its launch, its stream or an op it waited on is at most 25 µs; longer
-    ones are unexplained_gpu_wait, each carried by a GPU op that starts where it ends."""
+    ones are unexplained_gpu_wait, each carried by the GPU op that starts where it ends; so is the time before an
+    op with no predecessor in the trace (no launch call found, the first on its stream: the edges say so), back
+    to the window start, where the path was idle before."""
     path = walked["critical_path"]
     gpu_waits = path.filter(pl.col("category").is_in(GPU_WAITS) & (pl.col("carried_by") == "gpu"))
     assert gpu_waits.filter(pl.col("duration_ns") > 25_000).is_empty()
     unexplained = path.filter(pl.col("category") == "unexplained_gpu_wait")
     assert (unexplained["carried_by"] == "gpu").all()
     assert (unexplained["kind"].is_in(["kernel", "memcpy", "memset"])).all()
+    ops = pl.from_arrow(tables.events).select("rank", pl.col("id").alias("event_id"), "ts")
+    assert unexplained.join(ops, on=["rank", "event_id"]).filter(pl.col("end_ns") != pl.col("ts")).is_empty()
+    waited = (pl.from_arrow(tables.edges)
+              .filter(pl.col("kind").is_in(["launch", "stream", "sync", "stream_wait_inferred"]))
+              .select("rank", pl.col("dst").alias("event_id")).unique())
+    alone = unexplained.join(waited, on=["rank", "event_id"], how="anti")
+    assert (alone["start_ns"] == alone["window_start_ns"]).all()
+    held = unexplained.join(waited, on=["rank", "event_id"], how="semi")  # whole, or cut at the window start
+    assert ((held["duration_ns"] > 25_000) | (held["start_ns"] == held["window_start_ns"])).all()
+    idle = path.filter(pl.col("category") == "idle")
+    gpu_ops = pl.from_arrow(tables.events).filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+    after_idle = path.join(idle.select("rank", "step", position=pl.col("position") + 1),
+                           on=["rank", "step", "position"], nulls_equal=True)
+    assert after_idle.join(gpu_ops.select("rank", event_id="id"), on=["rank", "event_id"]).is_empty()
 
 
 def gpu_trace_event(kind, name, ts, dur, correlation):
