@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import shared_trace
+from tests.trace_events import kernel, launch
 from tracekit import synth
 from tracekit.analyses import run
 from tracekit.cli import main
@@ -346,10 +347,7 @@ def test_an_unexplained_gpu_wait_has_a_colour_of_its_own(tmp_path):
     with its launch long returned) is titled by that category and coloured as an unknown state, not as idle."""
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::foo", "pid": 1, "tid": 1, "ts": 0, "dur": 10}]
     for i, start in enumerate([5, 145]):
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": 1 + 2 * i, "dur": 1, "args": {"correlation": i + 1}})
-        events.append({"ph": "X", "cat": "kernel", "name": f"k{i + 1}", "pid": 0, "tid": 7, "ts": start, "dur": 10,
-                       "args": {"device": 0, "stream": 7, "correlation": i + 1}})
+        events += [launch(1 + 2 * i, i + 1), kernel(start, 10, i + 1)]
     trace = tmp_path / "rank0.json"
     trace.write_text(json.dumps({"traceEvents": events}))
     out = tmp_path / "t.json.gz"

@@ -13,6 +13,7 @@ import pytest
 
 import tracekit
 from tests.conftest import REPO, shared_trace
+from tests.trace_events import kernel, launch
 from tracekit import synth
 from tracekit.engine import catalog
 from tracekit.link.edges import inferred_edges
@@ -297,22 +298,13 @@ def test_a_gpu_op_free_to_start_waits_at_most_25_us_else_the_wait_is_unexplained
     assert after_idle.join(gpu_ops.select("rank", event_id="id"), on=["rank", "event_id"]).is_empty()
 
 
-def gpu_trace_event(kind, name, ts, dur, correlation):
-    if kind == "cuda_runtime":
-        return {"ph": "X", "cat": kind, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
-                "args": {"correlation": correlation}}
-    return {"ph": "X", "cat": kind, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": 7, "correlation": correlation}}
-
-
 def test_waits_over_25_us_with_nothing_in_the_trace_holding_the_op_are_unexplained(tmp_path):
     """One op launches four kernels at once (µs): k1 starts 25 µs after its launch returned (launch, the bound),
     k2 3 µs after k1 (a gap between kernels), k3 30 µs after k2 with its launch long returned (unexplained), k4 24 µs
     after k3 (a gap): the path from k4 back through the stream, each wait labelled by its length."""
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::foo", "pid": 1, "tid": 1, "ts": 0, "dur": 10}]
     for i, start in enumerate([27, 40, 80, 114]):
-        events.append(gpu_trace_event("cuda_runtime", "cudaLaunchKernel", 1 + 2 * i, 1, i + 1))
-        events.append(gpu_trace_event("kernel", f"k{i + 1}", start, 10, i + 1))
+        events += [launch(1 + 2 * i, i + 1), kernel(start, 10, i + 1)]
     trace = tmp_path / "rank0.json"
     trace.write_text(json.dumps({"traceEvents": events}))
     path = analyses.run(tracekit.load(trace), "critical_path")

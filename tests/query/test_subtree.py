@@ -11,6 +11,7 @@ import pytest
 
 import tracekit
 from tests.conftest import all_kineto_traces, trace_id
+from tests.trace_events import kernel, launch
 from tracekit.engine import catalog
 from tracekit.query import analyses
 
@@ -66,16 +67,6 @@ def test_subtree_time_per_name_is_the_gpu_time_under_its_calls(path, loaded_trac
 def cpu(name, ts, dur, dims):
     return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
             "args": {"Input Dims": dims, "Input type": ["float"]}}
-
-
-def launch(ts, correlation):
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 1,
-            "args": {"correlation": correlation}}
-
-
-def kernel(ts, dur, correlation):
-    return {"ph": "X", "cat": "kernel", "name": f"k{correlation}", "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": 7, "correlation": correlation}}
 
 
 # where[4] ⊃ (k1, where[8] ⊃ (arange ⊃ arange ⊃ k2, k3)); then a separate where[4] ⊃ k4. Durations in µs.
