@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from tracekit.engine.catalog import connect, run_stage
+from tracekit.engine.connection import threads_shared
 from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.output.files import opened_output, write_output_file
@@ -155,9 +156,14 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     def walk(cur):
         return run_stage(cur, ["export/timeline_path_runs"])["timeline_path_runs"]
 
-    # the critical path's runs (the slowest query) are walked beside the slices, their sub-tracks and their text
-    with connect(tables) as con, (in_background(con, tables, walk) if critical_path else nullcontext(None)) as walked:
+    # the critical path's runs (the slowest query) are walked beside the slices, their sub-tracks and their text;
+    # while the slices' query runs beside the walk, each has half DuckDB's threads (`threads_shared`: two queries of
+    # two threads each on 2 cores: SD3.5's timeline the same time, its peak 764 -> 721 MB; bench/RESULTS.md)
+    with (connect(tables) as con, threads_shared(con) as share,
+          (in_background(con, tables, walk) if critical_path else nullcontext(None)) as walked):
+        share(2 if critical_path and step is None else 1)
         slices, processes, tracks = placed_slices(con, tables, step, critical_path)
+        share(1)  # the walk alone in DuckDB from here: the slices are written by Polars and zlib
         base = slices["base_ns"][0]
         con.register("placed_slices", slices.select("rank", "id", "pid", "tid", "ts", "end_ns", "track").to_arrow())
         # each event after the separator that precedes it (the first event is a process's name)
