@@ -499,17 +499,20 @@ SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op
                        "_critical_path_lanes", "step_critical_paths", "collective_kernels")
 
 
-def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None, *,
+            held_to_input: bool = True) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every table registered; the catalog's macros are defined as queries call them.
 
-    With `materialize` (a connection for running several analyses), each shared table macro is computed once, when
-    the first query that calls it is run (`define_macros`), and DuckDB's memory is held to the tables' size
-    (`connection.limit_to_input`).
+    With `materialize` (a connection for running several analyses, or a statement that calls a shared macro many
+    times), each shared table macro is computed once, when the first query that calls it is run (`define_macros`),
+    and DuckDB's memory is held to the tables' size (`connection.limit_to_input`) unless `held_to_input` is false
+    (then the default limit, as without `materialize`).
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
-    if materialize:
+    if materialize and held_to_input:
         connection.limit_to_input(con, tables.nbytes)
+    if materialize:
         _CATALOGUED[con] = Catalogued(materialize=SHARED_TABLE_MACROS)
     return con
 
