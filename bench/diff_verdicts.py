@@ -123,7 +123,7 @@ def captures_main(args) -> None:
     print(f"{trials} trials (jobs 0..{args.jobs - 1} × {args.pairs}), {args.captures} captures a side, 2 ranks × 6 "
           f"steps, scale {args.scale}, noise {args.noise}, drift {args.drift}, alpha {diff.DEFAULT_ALPHA}, floor "
           f"{diff.DEFAULT_FLOOR_PERCENT}%; {time.perf_counter() - start:.0f} s")
-    print(f"\nfalse positives under drift (same job; rows called slower/faster of rows judged):")
+    print("\nfalse positives under drift (same job; rows called slower/faster of rows judged):")
     print(f"  {'section':<17}{'blocks judged':>14}{'called':>8}{'rate':>8} {'single judged':>14}{'called':>8}"
           f"{'rate':>8}")
     for section in diff.SECTIONS:
@@ -133,7 +133,7 @@ def captures_main(args) -> None:
             called = sum(r[test][1][section] for r in results)
             cells.append(f"{judged:>14}{called:>8}{100 * called / judged if judged else 0:>7.2f}%")
         print(f"  {section:<17}{cells[0]} {cells[1]}")
-    print(f"\npower on the step time (GEMM kernels slowed; share of trials called slower):")
+    print("\npower on the step time (GEMM kernels slowed; share of trials called slower):")
     for factor in GEMM_FACTORS:
         truth = 100 * sum(r["truth"][factor] for r in results) / trials
         blocks_hit = sum(r["step_blocks"][factor] for r in results)

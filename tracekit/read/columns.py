@@ -284,17 +284,16 @@ def entry_tables(path: Location, text, first_id: int) -> EntryTables:
         "is_object": is_object,
     })
 
-    def rows_of(columns: list[str], rows: np.ndarray, args: tuple) -> pa.Table:
-        return table.select(columns).take(rows).append_column("args", raw_text(args, nullable=False))
-
     x_args = pick(cols["args"], x_rows)
-    events, arg_problems = _events(rows_of(["id", "cat", "name", "pid", "tid", "ts", "dur"], x_rows, x_args), x_args)
+    events, arg_problems = _events(rows_of(table, ["id", "cat", "name", "pid", "tid", "ts", "dur"], x_rows, x_args),
+                                   x_args)
     del x_args
-    instants = rows_of(["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows,
+    instants = rows_of(table, ["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows,
                        pick(cols["args"], instant_rows))
-    flow_table = rows_of(["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id", "flow_id_text"],
+    flow_table = rows_of(table, ["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id", "flow_id_text"],
                          flow_rows, pick(cols["args"], flow_rows))
-    others = rows_of(["id", "ph", "name", "pid", "tid", "is_object"], other_rows, pick(cols["args"], other_rows))
+    others = rows_of(table, ["id", "ph", "name", "pid", "tid", "is_object"], other_rows,
+                     pick(cols["args"], other_rows))
     del table, cols
     has_flow_id = pc.is_valid(flow_table.column("flow_id"))
     flows = flow_table.drop_columns(["flow_id_text"]).rename_columns({"ph": "phase"})
@@ -313,6 +312,11 @@ def entry_tables(path: Location, text, first_id: int) -> EntryTables:
         dropped = None
     return EntryTables(n, events, instants, flows, metadata,
                        _notes(events, instants, flows, arg_problems, dropped, repairs, first_id))
+
+
+def rows_of(table: pa.Table, columns: list[str], rows: np.ndarray, args: tuple) -> pa.Table:
+    """COLUMNS of TABLE's ROWS, with their `args` texts."""
+    return table.select(columns).take(rows).append_column("args", raw_text(args, nullable=False))
 
 
 def pick(values: tuple | list, rows: np.ndarray) -> tuple:

@@ -3,6 +3,8 @@ timestamps and durations that cannot be real nulled; each is a note."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,6 +19,9 @@ from tracekit.read.columns import (
     TraceParts,
 )
 from tracekit.read.ranks import base_time_ns, top_json, top_value
+
+if TYPE_CHECKING:
+    import polars as pl  # imported where used: most traces need no note
 
 # --------------------------------------------------------------------------- screening a file's entries
 

@@ -191,9 +191,9 @@ def graph_fork_pair(out):
         branch.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(branch):
             r = torch.relu(right(h))
-        l = torch.nn.functional.gelu(left(h))
+        g = torch.nn.functional.gelu(left(h))
         torch.cuda.current_stream().wait_stream(branch)
-        return l + r
+        return g + r
 
     with torch.no_grad():
         side = torch.cuda.Stream()
