@@ -103,7 +103,9 @@ def with_every_step(con: duckdb.DuckDBPyConnection, tables: TraceTables, rows: b
 
 def step_tables(tables: TraceTables, step: int) -> TraceTables:
     """TABLES cut to step `step` of every rank that has it (scoped_tables); reference tables (peaks) kept."""
-    with catalog.connect(tables) as con:
+    # the step windows (and the GPU ops they read) computed once, not by each of the scope's three stages: 0.22 ->
+    # 0.17 s on the A100 trainer and the V100 resnet50 trace
+    with catalog.connect(tables, materialize=True, held_to_input=False) as con:
         return tables.with_tables(**scoped_tables(con, step))
 
 
