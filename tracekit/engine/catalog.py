@@ -510,9 +510,9 @@ def connect(tables: TraceTables, materialize: bool = False, threads: int | None 
     `threads` caps DuckDB's threads (default: all cores); the analyses give the same bits with any number.
     """
     con = tables.connect(threads=threads)
-    if materialize and held_to_input:
-        connection.limit_to_input(con, tables.nbytes)
     if materialize:
+        if held_to_input:
+            connection.limit_to_input(con, tables.nbytes)
         _CATALOGUED[con] = Catalogued(materialize=SHARED_TABLE_MACROS)
     return con
 

@@ -156,13 +156,12 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
     def walk(cur):
         return run_stage(cur, ["export/timeline_path_runs"])["timeline_path_runs"]
 
-    # the critical path's runs (the slowest query) are walked beside the slices, their sub-tracks and their text;
-    # while the slices' query runs beside the walk, each has half DuckDB's threads (`threads_shared`: two queries of
-    # two threads each on 2 cores: SD3.5's timeline the same time, its peak 764 -> 721 MB; bench/RESULTS.md). The
-    # walk's shared tables (the critical path's events, call trees, lanes) are computed once each, a statement each,
-    # as the report's analyses compute them: in one statement the events were computed at each of their ~9 uses and
-    # every stage's rows held at once (SD3.5: 3.40 -> 3.25 CPU s, peak 716 -> 649 MB). Not held to the tables' size
-    # as the report's analyses are: the slices' query beside the walk then took 2% longer (bench/RESULTS.md)
+    # The critical path's runs (the slowest query) are walked beside the slices, their sub-tracks and their text.
+    # While the slices' query runs beside the walk, each has half DuckDB's threads (`threads_shared`; SD3.5's peak
+    # 764 -> 721 MB). The walk's shared tables (events, call trees, lanes) are computed once each, a statement each,
+    # as the report's analyses compute them; in one statement the events were computed at each of ~9 uses and every
+    # stage's rows held at once (SD3.5: 3.40 -> 3.29 CPU s, peak 717 -> 655 MB). Not held to the tables' size as the
+    # report's analyses are: beside the walk the slices' query then took 2% longer (bench/RESULTS.md)
     with (connect(tables, materialize=True, held_to_input=False) as con, threads_shared(con) as share,
           (in_background(con, tables, walk) if critical_path else nullcontext(None)) as walked):
         share(2 if critical_path and step is None else 1)

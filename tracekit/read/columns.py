@@ -290,8 +290,8 @@ def entry_tables(path: Location, text, first_id: int) -> EntryTables:
     del x_args
     instants = rows_of(table, ["id", "cat", "name", "pid", "tid", "ts", "scope"], instant_rows,
                        pick(cols["args"], instant_rows))
-    flow_table = rows_of(table, ["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id", "flow_id_text"],
-                         flow_rows, pick(cols["args"], flow_rows))
+    flow_table = rows_of(table, ["id", "ph", "cat", "name", "pid", "tid", "ts", "binding_point", "flow_id",
+                                 "flow_id_text"], flow_rows, pick(cols["args"], flow_rows))
     others = rows_of(table, ["id", "ph", "name", "pid", "tid", "is_object"], other_rows,
                      pick(cols["args"], other_rows))
     del table, cols
