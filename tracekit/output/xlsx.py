@@ -348,10 +348,12 @@ class WorkbookWriter:
         for c, column in enumerate(columns):
             ws.write_string(top, c, column.header, header)
         first, last = top + 1, top + rows
+        shown, measured = self.shown_and_measured(frame, columns)
         if rows:
-            ws.add_rows_xml(first, last, self.rows_xml(ws, first, columns, frame, block.more_columns), len(columns) - 1)
+            ws.add_rows_xml(first, last, self.rows_xml(ws, first, columns, shown, measured, block.more_columns),
+                            len(columns) - 1)
         schema = frame.schema  # a new object at each call (~0.06 ms)
-        for c, (column, width) in enumerate(zip(columns, self.content_widths(frame, columns))):
+        for c, (column, width) in enumerate(zip(columns, self.content_widths(columns, schema, measured))):
             longest_word = max((len(w) for w in column.header.split()), default=0)
             fit(widths, c, column.width or max(width, longest_word), self.style)
             lines = max(lines, math.ceil(len(column.header) / max(1, min(widths[c], self.style.widths["max"]))))
@@ -369,25 +371,67 @@ class WorkbookWriter:
             end = max(end, self.insert_chart(ws, top, block.chart, columns, frame, ws.get_name()))
         return end, lines
 
-    def rows_xml(self, ws: BulkWorksheet, first: int, columns: list[Column], frame: pl.DataFrame,
+    def shown_and_measured(self, frame: pl.DataFrame, columns: list[Column]) -> tuple[pl.DataFrame, dict]:
+        """FRAME with the text each shared-string column shows (`__sst{c}`: as text, JSON for lists and structs, on
+        one line where its format says, clipped to a cell), and in one query what the cells need of every column:
+        the extremes its width is measured from (`max{c}`, `min{c}`: numbers as shown; `len{c}`: the longest text)
+        and of a shared-string column its distinct texts in order (`unique{c}`) and how many values it has
+        (`count{c}`). One query for all of it: a query per column, or per purpose, cost a report's small sheets
+        ~0.1 s in Polars' fixed cost per call (bench/RESULTS.md)."""
+        schema = frame.schema
+        texts, measures = [], {}
+        for c, column in enumerate(columns):
+            dtype, spec = schema[column.col], self.style.formats[column.format]
+            if self.is_text(column, dtype):
+                if isinstance(dtype, (pl.List, pl.Array, pl.Struct)):
+                    text = pl.lit(pl.Series([None if v is None else json.dumps(v.to_list() if hasattr(v, "to_list")
+                                                                                else v)
+                                             for v in frame.get_column(column.col)], dtype=pl.String))
+                else:
+                    text = pl.col(column.col).cast(pl.String)
+                texts.append((text.str.replace_all(ONE_LINE, "") if spec.one_line else text).alias(f"__sst{c}"))
+                measures |= self.distinct_texts(c)
+                measures[f"len{c}"] = pl.col(f"__sst{c}").str.len_chars().max()
+            elif dtype != pl.Boolean and dtype.is_numeric() and not spec.text:
+                values = pl.col(column.col).cast(pl.Float64)
+                values = values.filter(values.is_finite()) * (spec.scale or 1)
+                measures[f"max{c}"], measures[f"min{c}"] = values.max(), values.min()
+            elif dtype != pl.Boolean:
+                text = pl.col(column.col).cast(pl.String)  # an integer written as text
+                measures[f"len{c}"] = text.str.len_chars().max()
+        shown = frame.with_columns(texts) if texts else frame
+        measured = shown.select(**measures).row(0, named=True) if measures else {}
+        long = [c for c, column in enumerate(columns) if f"count{c}" in measured
+                and isinstance(measured[f"len{c}"], int) and measured[f"len{c}"] > MAX_CELL_CHARS]
+        if long:  # rare: the distinct texts again, clipped
+            shown = shown.with_columns(pl.col(f"__sst{c}").map_elements(clip, return_dtype=pl.String) for c in long)
+            measured |= shown.select(**{k: v for c in long for k, v in self.distinct_texts(c).items()}
+                                     ).row(0, named=True)
+        return shown, measured
+
+    @staticmethod
+    def distinct_texts(c: int) -> dict[str, pl.Expr]:
+        return {f"unique{c}": pl.col(f"__sst{c}").drop_nulls().unique(maintain_order=True).implode(),
+                f"count{c}": pl.col(f"__sst{c}").count()}
+
+    def rows_xml(self, ws: BulkWorksheet, first: int, columns: list[Column], shown: pl.DataFrame, measured: dict,
                  more: MoreColumns | None) -> str:
-        """<row> elements for the frame's rows from row `first`: one string expression per column.
+        """<row> elements for the rows of SHOWN (`shown_and_measured`) from row `first`: one string expression per
+        column, in one query.
 
         Text goes to the shared string table (xlsxwriter escapes it there as it does for write_string), so a cell
         holds only the string's index: text is never a formula, whatever it starts with.
         """
-        row_numbers = pl.int_range(first + 1, first + 1 + frame.height).cast(pl.String)
+        row_numbers = pl.int_range(first + 1, first + 1 + shown.height).cast(pl.String)
         marked_label = None
-        if more and more.mark and more.mark in frame.columns:
+        if more and more.mark and more.mark in shown.columns:
             marked_label = pl.col(more.mark).cast(pl.Int64, strict=False).cast(pl.String)
-        schema = frame.schema
-        shown = {f"__sst{c}": (frame.get_column(column.col), self.style.formats[column.format].one_line)
-                 for c, column in enumerate(columns) if self.is_text(column, schema[column.col])}
-        frame = frame.with_columns(self.shared_string_indices(ws, shown).get_columns())
+        schema = shown.schema
         cells = [self.cell_xml(c, column, schema[column.col], row_numbers,
-                               marked_label == column.label if marked_label is not None and column.label else None)
+                               marked_label == column.label if marked_label is not None and column.label else None,
+                               self.shared_string_indices(ws, c, measured))
                  for c, column in enumerate(columns)]
-        return frame.select(pl.concat_str([pl.lit('<row r="'), row_numbers, pl.lit('">'), *cells, pl.lit("</row>")])
+        return shown.select(pl.concat_str([pl.lit('<row r="'), row_numbers, pl.lit('">'), *cells, pl.lit("</row>")])
                             .str.join("")).item()
 
     def is_text(self, column: Column, dtype: pl.DataType) -> bool:
@@ -395,40 +439,24 @@ class WorkbookWriter:
         return not (dtype == pl.Boolean or dtype.is_numeric())
 
     @staticmethod
-    def shared_string_indices(ws: BulkWorksheet, shown: dict[str, tuple[pl.Series, bool]]) -> pl.DataFrame:
-        """Each value's index in the workbook's shared string table (null stays null), for each NAME → (values,
-        one_line) of SHOWN, in its order: a column of indices (as text) named NAME each. A few queries for all the
-        columns, not a few per column (~0.1 s of a report in Polars' fixed cost per call)."""
-        texts = {}
-        for name, (values, one_line) in shown.items():
-            if isinstance(values.dtype, (pl.List, pl.Array, pl.Struct)):
-                values = pl.Series([None if v is None else json.dumps(v.to_list() if hasattr(v, "to_list") else v)
-                                    for v in values], dtype=pl.String)
-            texts[name] = values.cast(pl.String)
-        text = pl.DataFrame(texts).select(pl.col(name).str.replace_all(ONE_LINE, "") if one_line else pl.col(name)
-                                          for name, (_, one_line) in shown.items())
-        longest = text.select(pl.all().str.len_chars().max()).row(0, named=True) if texts else {}
-        clipped = [pl.col(n).map_elements(clip, return_dtype=pl.String) for n in texts
-                   if (longest[n] or 0) > MAX_CELL_CHARS]
-        text = text.with_columns(clipped) if clipped else text
-        found = text.select(*(pl.col(n).drop_nulls().unique(maintain_order=True).implode().alias(f"{n}_unique")
-                               for n in texts),
-                            *(pl.col(n).count().alias(f"{n}_count") for n in texts)).row(0, named=True) if texts else {}
-        table, indexed = ws.str_table, []
-        for name in texts:
-            uniques = found[f"{name}_unique"]
-            indices = [table._get_shared_string_index(u) for u in uniques]
-            table.count += found[f"{name}_count"] - len(indices)  # every reference counts, as write_string would
-            indexed.append(pl.col(name).replace_strict(pl.Series(uniques, dtype=pl.String),
-                                                       pl.Series(indices, dtype=pl.Int64), default=None)
-                           .cast(pl.String))
-        return text.select(indexed)
+    def shared_string_indices(ws: BulkWorksheet, c: int, measured: dict) -> pl.Expr | None:
+        """Each text of shared-string column C as its index in the workbook's shared string table, as text (null
+        stays null); None for a column of other values. The distinct texts (`shown_and_measured`) enter the table
+        in order, as write_string would put them, and every reference counts."""
+        if f"unique{c}" not in measured:
+            return None
+        table, uniques = ws.str_table, measured[f"unique{c}"]
+        indices = [str(table._get_shared_string_index(u)) for u in uniques]
+        table.count += measured[f"count{c}"] - len(indices)
+        return pl.col(f"__sst{c}").replace_strict(pl.Series(uniques, dtype=pl.String),
+                                                  pl.Series(indices, dtype=pl.String), default=None)
 
-    def cell_xml(self, c: int, column: Column, dtype: pl.DataType, row_numbers: pl.Expr, marked: pl.Expr | None):
+    def cell_xml(self, c: int, column: Column, dtype: pl.DataType, row_numbers: pl.Expr, marked: pl.Expr | None,
+                 string_index: pl.Expr | None):
         """The <c> element of each row for one column ("" where the value is null)."""
         ref = pl.concat_str([pl.lit(f'<c r="{xl_col_to_name(c)}'), row_numbers])
-        if self.is_text(column, dtype):
-            body = pl.concat_str([ref, pl.lit('" t="s"><v>'), pl.col(f"__sst{c}"), pl.lit("</v></c>")])
+        if string_index is not None:
+            body = pl.concat_str([ref, pl.lit('" t="s"><v>'), string_index, pl.lit("</v></c>")])
             return body.fill_null("")
         value = pl.col(column.col)
         spec = self.style.formats[column.format]
@@ -455,24 +483,8 @@ class WorkbookWriter:
         body = pl.concat_str([ref, style, number.cast(pl.String), pl.lit("</v></c>")])
         return pl.when(present).then(body).otherwise(pl.lit(""))
 
-    def content_widths(self, frame: pl.DataFrame, columns: list[Column]) -> list[int]:
-        """The widest value of each column as shown, in characters: the extremes of every column in one query (a
-        query per column cost a report ~0.15 s in Polars' fixed cost per call)."""
-        extremes: dict[str, pl.Expr] = {}
-        schema = frame.schema
-        for c, column in enumerate(columns):
-            dtype, spec = schema[column.col], self.style.formats[column.format]
-            if dtype == pl.Boolean or isinstance(dtype, (pl.List, pl.Array, pl.Struct)):
-                continue
-            if dtype.is_numeric() and not spec.text:
-                values = pl.col(column.col).cast(pl.Float64)
-                values = values.filter(values.is_finite()) * (spec.scale or 1)
-                extremes[f"max{c}"], extremes[f"min{c}"] = values.max(), values.min()
-            else:
-                text = pl.col(column.col).cast(pl.String)
-                extremes[f"len{c}"] = (text.str.replace_all(ONE_LINE, "") if spec.one_line else text
-                                       ).str.len_chars().max()
-        found = frame.select(**extremes).row(0, named=True) if extremes else {}
+    def content_widths(self, columns: list[Column], schema: pl.Schema, measured: dict) -> list[int]:
+        """The widest value of each column as shown, in characters, from the extremes `shown_and_measured` found."""
         widths = []
         for c, column in enumerate(columns):
             dtype, spec = schema[column.col], self.style.formats[column.format]
@@ -480,12 +492,12 @@ class WorkbookWriter:
                 widths.append(3)
             elif isinstance(dtype, (pl.List, pl.Array, pl.Struct)):
                 widths.append(self.style.widths["max"])
-            elif f"len{c}" in found:
-                widths.append(min(found[f"len{c}"] or 0, MAX_CELL_CHARS))
-            elif found[f"max{c}"] is None:
+            elif f"len{c}" in measured:
+                widths.append(min(measured[f"len{c}"] or 0, MAX_CELL_CHARS))
+            elif measured[f"max{c}"] is None:
                 widths.append(0)
             else:
-                widths.append(max(number_width(spec, found[f"max{c}"]), number_width(spec, found[f"min{c}"])))
+                widths.append(max(number_width(spec, measured[f"max{c}"]), number_width(spec, measured[f"min{c}"])))
         return widths
 
     @staticmethod
