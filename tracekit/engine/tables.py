@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -65,8 +66,10 @@ class TraceTables:
 
         return pl.from_arrow(getattr(self, name))
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
+        """The tables' bytes, summed once per instance (the tables never change): Arrow sums every buffer of every
+        chunk, ~7-15 ms on a 53 MB trace, and opening the analyses' connection asks twice."""
         return sum(table.nbytes for _, table in self.items())
 
     @property
