@@ -17,7 +17,9 @@
 --   base_ns: ns, the earliest slice start (the file's baseTimeNanoseconds)
 -- notes: args keep the trace's text and gain "rank", so `tracekit` reads the file back with every event on its
 --   rank (as a TraceFuse-merged file). Events without a timestamp are left out; a null or negative duration is
---   written as 0 (the reader nulls negative ones). Text is joined with || (format() took twice as long a slice).
+--   written as 0 (the reader nulls negative ones). The body is one concat() of its parts: `a || b || ...` made a
+--   string per operator, each copying the ones before (SD3.5, 153k slices, with the args' fast path below: the
+--   query 0.78 -> 0.58 CPU s); format() took twice as long a slice. No part is null (concat() would skip it where || gives null).
 with
 selected as materialized (
     select *, case when on_gpu then lpad(coalesce(device::varchar, pid), 9, '0') else pid end as process_key
@@ -55,11 +57,14 @@ placed as (
 )
 select rank, id, ts, end_ns, process, process_order, process || ' · ' || track_suffix as track,
        track_order::bigint as track_order, track_key, nests,
-       '"ph":"X","name":' || to_json(coalesce(name, '')) || coalesce(',"cat":' || to_json(cat), '')
-       || ',"ts":' || ((ts - base_ns) // 1000) || '.' || lpad(((ts - base_ns) % 1000)::varchar, 3, '0')
-       || ',"dur":' || (greatest(dur, 0) // 1000) || '.' || lpad((greatest(dur, 0) % 1000)::varchar, 3, '0')
-       || ',"args":' || case when args is null or regexp_matches(args, '^\s*\{\s*\}\s*$') then '{"rank":' || rank || '}'
-                             else regexp_replace(args, '\}\s*$', ',"rank":' || rank || '}') end as body,
+       concat('"ph":"X","name":', to_json(coalesce(name, '')), coalesce(',"cat":' || to_json(cat), ''),
+              ',"ts":', (ts - base_ns) // 1000, '.', lpad(((ts - base_ns) % 1000)::varchar, 3, '0'),
+              ',"dur":', greatest(dur, 0) // 1000, '.', lpad((greatest(dur, 0) % 1000)::varchar, 3, '0'),
+              ',"args":',
+              case when args is null or regexp_matches(args, '^\s*\{\s*\}\s*$') then concat('{"rank":', rank, '}')
+                   -- (nearly every args object ends in its brace: no regex for those)
+                   when ends_with(args, '}') then concat(substr(args, 1, length(args) - 1), ',"rank":', rank, '}')
+                   else regexp_replace(args, '\}\s*$', concat(',"rank":', rank, '}')) end) as body,
        base_ns
 -- the earliest start as a scalar joined to every row: `min(ts) over ()` gathered every slice's columns into one
 -- window partition first (MI300X resnet x4: 0.50 s and +416 MB for this query, against 0.36 s and +72 MB)
