@@ -1,6 +1,6 @@
 -- question: Where does GPU time go, per rank: computation, communication, memcpy, how much of it overlaps, and how long is the GPU idle?
 -- inputs: events, edges, graph_kernels, ranks
--- includes: lib/categories, lib/launches
+-- includes: lib/launches, lib/names
 -- columns:
 --   rank: rank
 --   category: computation, communication, memcpy, exposed_communication, exposed_memcpy, busy, idle, total, no_launcher_excluded
@@ -19,7 +19,7 @@
 --   Timestamps are exact integer ns (TraceLens uses float µs, so its figures differ in the last digits).
 with gpu as materialized (select * from gpu_ops()),
 categories as (  -- per distinct name: kernel names are long, and few
-    select name, kind, gpu_timeline_category(name, kind) as category from (select distinct name, kind from gpu)
+    select name, kind, timeline_category as category from gpu_op_categories()
 ),
 ops as (
     select g.rank, g.start_ns, g.end_ns, g.dur, g.call_id is not null as launched, c.category

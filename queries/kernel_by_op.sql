@@ -1,6 +1,6 @@
 -- question: Which kernels does each CPU op launch, on which stream, and how long do they run, per rank?
 -- inputs: events, edges, graph_kernels
--- includes: lib/categories, lib/exact, lib/launches
+-- includes: lib/exact, lib/launches, lib/names
 -- columns:
 --   rank: rank
 --   op_name: the GPU op's owner (see attribution): an op, annotation or Python frame name, or the graph launch as
@@ -41,14 +41,23 @@ per_rank as (
 owned as (
     select * exclude (op_name), owner_name as op_name
     from ops
+),
+grouped as (
+    select o.rank, o.op_name, o.attribution, o.unowned_reason, o.name as kernel_name, o.kind, o.stream,
+           count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
+           median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
+           stddev_ns(o.dur) / 1e3 as stddev_us,
+           100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
+           100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
+    from owned o join per_rank p on p.rank = o.rank
+    group by o.rank, o.op_name, o.attribution, o.unowned_reason, o.name, o.kind, o.stream
 )
-select o.rank, o.op_name, if(o.op_name is null, null, op_category(o.op_name)) as op_category,
-       o.attribution, o.unowned_reason, o.name as kernel_name, o.kind, o.stream, kernel_category(o.name, o.kind) as category,
-       count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
-       median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
-       stddev_ns(o.dur) / 1e3 as stddev_us,
-       100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
-       100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
-from owned o join per_rank p on p.rank = o.rank
-group by o.rank, o.op_name, o.attribution, o.unowned_reason, o.name, o.kind, o.stream
-order by o.rank, total_us desc, op_name, kernel_name, stream
+-- the categories looked up by name (lib/categories.sql: gpu_op_categories, op_name_categories)
+select g.rank, g.op_name, if(g.op_name is null, null, n.name_category) as op_category,
+       g.attribution, g.unowned_reason, g.kernel_name, g.kind, g.stream, c.category,
+       g.count, g.total_us, g.mean_us, g.median_us, g.min_us, g.max_us, g.stddev_us, g.percent_kernel_time,
+       g.percent_total_time
+from grouped g
+left join gpu_op_categories() c on c.name is not distinct from g.kernel_name and c.kind = g.kind
+left join op_name_categories() n on n.categorized_name = g.op_name
+order by g.rank, g.total_us desc, g.op_name, g.kernel_name, g.stream

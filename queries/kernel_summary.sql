@@ -1,6 +1,6 @@
 -- question: Which GPU kernels (and memcpys, memsets) take the most GPU time, per rank (like nsys cuda_gpu_kern_sum)?
 -- inputs: events, edges, graph_kernels
--- includes: lib/categories, lib/exact, lib/launches
+-- includes: lib/exact, lib/launches, lib/names
 -- columns:
 --   rank: rank
 --   kernel_name: GPU op name (events.name)
@@ -22,13 +22,19 @@
 with ops as (select * from gpu_ops()),
 per_rank as (
     select rank, sum(dur) as all_ns, max(end_ns) - min(start_ns) as span_ns from ops group by rank
+),
+grouped as (
+    select o.rank, o.name as kernel_name, o.kind,
+           count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
+           median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
+           stddev_ns(o.dur) / 1e3 as stddev_us,
+           100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
+           100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
+    from ops o join per_rank p on p.rank = o.rank
+    group by o.rank, o.name, o.kind
 )
-select o.rank, o.name as kernel_name, o.kind, kernel_category(o.name, o.kind) as category,
-       count(*) as count, sum(o.dur) / 1e3 as total_us, avg(o.dur) / 1e3 as mean_us,
-       median(o.dur::double) / 1e3 as median_us, min(o.dur) / 1e3 as min_us, max(o.dur) / 1e3 as max_us,
-       stddev_ns(o.dur) / 1e3 as stddev_us,
-       100 * sum(o.dur) / nullif(any_value(p.all_ns), 0) as percent_kernel_time,
-       100 * sum(o.dur) / nullif(any_value(p.span_ns), 0) as percent_total_time
-from ops o join per_rank p on p.rank = o.rank
-group by o.rank, o.name, o.kind
-order by o.rank, total_us desc, kernel_name
+select g.rank, g.kernel_name, g.kind, c.category, g.count, g.total_us, g.mean_us, g.median_us, g.min_us, g.max_us,
+       g.stddev_us, g.percent_kernel_time, g.percent_total_time
+from grouped g
+left join gpu_op_categories() c on c.name is not distinct from g.kernel_name and c.kind = g.kind
+order by g.rank, g.total_us desc, g.kernel_name

@@ -1,6 +1,6 @@
 -- question: How is GPU and CPU time split across op categories (GEMM, attention, elementwise, ...), per rank?
--- inputs: events, op_by_shape
--- includes: lib/categories
+-- inputs: events, edges, graph_kernels, op_by_shape
+-- includes: lib/launches
 -- columns:
 --   rank: rank
 --   category: op category (op_category in lib/categories.sql, from the op name): GEMM, attention, convolution, embedding, normalization, elementwise, reduction, MoE, communication, memcpy/memset, other
@@ -35,8 +35,8 @@ cpu_ops as (
     from events
     where kind = 'cpu_op' and ts is not null
 ),
-named as (
-    select name, op_category(name) as category from (select distinct name from cpu_ops)
+named as (  -- each distinct name's category, looked up (op_name_categories in lib/launches.sql)
+    select categorized_name as name, name_category as category from op_name_categories()
 ),
 calls as (
     select c.rank, c.pid, c.tid, c.id, c.ts, c.end_ns, n.category

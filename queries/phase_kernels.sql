@@ -1,7 +1,7 @@
 -- question: Which kernels take the most GPU time in each phase (prefill, decode, mixed) of a serving engine's
 --   iterations, per rank?
 -- inputs: events, edges, graph_kernels
--- includes: lib/steps, lib/categories
+-- includes: lib/steps, lib/names
 -- columns:
 --   rank: rank
 --   phase: prefill, decode, mixed, or unknown (steps.phase; the marker does not say)
@@ -35,8 +35,9 @@ ranked as (
                as per_iteration_us
     from per_kernel p
 )
-select rank, phase, place, name as kernel_name, kernel_category(name, kind) as category, count, ns / 1e6 as total_ms,
-       per_iteration_us, percent
-from ranked
-where place <= 10
-order by rank, array_position(['prefill', 'mixed', 'decode', 'unknown'], phase), place
+select r.rank, r.phase, r.place, r.name as kernel_name, c.category, r.count, r.ns / 1e6 as total_ms,
+       r.per_iteration_us, r.percent
+from ranked r
+left join gpu_op_categories() c on c.name is not distinct from r.name and c.kind = r.kind
+where r.place <= 10
+order by r.rank, array_position(['prefill', 'mixed', 'decode', 'unknown'], r.phase), r.place

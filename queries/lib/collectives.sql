@@ -1,7 +1,7 @@
 -- about: collectives: NCCL/RCCL and every other communication kernel (scalar and table macros shared by
 --   collectives, collective_skew, collective_waits, replay and the Chakra export).
 -- inputs: events, edges, ranks
--- includes: lib/categories
+-- includes: lib/names
 -- macros:
 --   collective_type(text): all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv,
 --     send, recv, gather, scatter, barrier, or null; from a c10d collective name (allreduce, _allgather_base,
@@ -71,8 +71,10 @@ create or replace macro collective_kernels() as table
                k.dtype, k.group_size, k.process_group_name, k.process_group_desc, k.process_group_ranks,
                l.src as call_id
         from events k
+        semi join (from gpu_op_categories() where kind = 'kernel' and timeline_category = 'communication') c
+            on c.name = k.name
         left join edges l on l.kind = 'launch' and l.rank = k.rank and l.dst = k.id
-        where k.kind = 'kernel' and gpu_timeline_category(k.name, k.kind) = 'communication'
+        where k.kind = 'kernel'
     ),
     -- each event's parent, and whether the parent says what a collective is, looked up once: the recursion below
     -- joins this each iteration instead of scanning edges and events (once per tree level: 0.14 s of 0.26 on a

@@ -1,6 +1,6 @@
 -- about: the critical path of time windows (table macros), shared by critical_path and the analyses that sum it.
 -- inputs: events, edges
--- includes: lib/categories, lib/steps
+-- includes: lib/steps, lib/names
 -- macros:
 --   critical_path_segments(windows): for each window of the relation named `windows` (rank, window_id,
 --     start_ns, end_ns), the chain of events that bounds it, as segments that tile the window exactly:
@@ -95,22 +95,22 @@ create or replace macro _critical_path_name(name) as
 -- _critical_path_events(): the events the walk goes through; lane: the event's thread or stream; cpu_kind_order: a
 -- CPU kind's place among events that start and end together (outer kinds first)
 create or replace macro _critical_path_events() as table
-    select rank, id, ts, ts + coalesce(dur, 0) as end_ns,
-           kind in ('kernel', 'memcpy', 'memset') as on_gpu,
-           if(kind in ('kernel', 'memcpy', 'memset'), hash('stream', device, stream), hash('thread', pid, tid))
-               as lane,
-           list_position(['user_annotation', 'python_function', 'cpu_op', 'runtime', 'driver', 'overhead'], kind)
+    select e.rank, e.id, e.ts, e.ts + coalesce(e.dur, 0) as end_ns,
+           e.kind in ('kernel', 'memcpy', 'memset') as on_gpu,
+           if(e.kind in ('kernel', 'memcpy', 'memset'), hash('stream', e.device, e.stream),
+              hash('thread', e.pid, e.tid)) as lane,
+           list_position(['user_annotation', 'python_function', 'cpu_op', 'runtime', 'driver', 'overhead'], e.kind)
                as cpu_kind_order,
-           -- (the category's regexes once per kernel: a CASE on it evaluated them twice)
+           -- the category of each distinct GPU op name, looked up (its regexes planned and run once per name)
            _critical_path_category(
-               case when kind = 'memset' then 'memset'
-                    when kind in ('kernel', 'memcpy')
-                        then replace(gpu_timeline_category(name, kind), 'computation', 'compute')
+               case when e.kind = 'memset' then 'memset'
+                    when e.kind in ('kernel', 'memcpy') then replace(c.timeline_category, 'computation', 'compute')
                     else 'cpu' end) as category
-    from events
-    where ts is not null
-      and kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
-                   'kernel', 'memcpy', 'memset');
+    from events e
+    left join gpu_op_categories() c on c.name is not distinct from e.name and c.kind = e.kind
+    where e.ts is not null
+      and e.kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
+                     'kernel', 'memcpy', 'memset');
 
 -- _critical_path_calls(): the CPU events with their place in their thread's call tree (below)
 create or replace macro _critical_path_calls() as table

@@ -2,6 +2,10 @@
 -- inputs: events, edges, graph_kernels
 -- includes: lib/categories, lib/iterations
 -- macros:
+--   op_name_categories(): each distinct name of the events, of graph_kernels' captured ops and of the GPU ops'
+--     owners (gpu_op_owners: a graph launch's owner name is made from its call's), null included, as
+--     categorized_name, with its op_category (name_category): every name an op row or an owner can have, so the
+--     analyses join it where they would call op_category (planned once, run once per name: lib/names.sql).
 --   gpu_ops(): every kernel, memcpy and memset with its launch call (call_id, null when none is in the trace).
 --   launch_op_ancestors(): for every launch call, each cpu_op above it on its thread (launch_ancestors()), with
 --     `innermost` marking the nearest one and `outermost_of_name` the outermost one of each name; carries the
@@ -174,6 +178,11 @@ create or replace macro captured_calls() as table
     where k.owner_kind <> 'none'
     group by k.rank, k.launch, k.capture_file, k.op_call, k.op_name, k.input_dims, k.input_type;
 
+create or replace macro op_name_categories() as table
+    select categorized_name, op_category(categorized_name) as name_category
+    from (select name as categorized_name from events union select op_name from graph_kernels
+          union select owner_name from gpu_op_owners());
+
 create or replace macro op_rollup(by_shape) as table
     with calls as (
         select rank, name, input_dims, input_type, dur, self_ns, direct_ns, owned_subtree_ns, direct_gpu_ops
@@ -230,7 +239,7 @@ create or replace macro op_rollup(by_shape) as table
         union all by name
         select * from other_grouped
     )
-    select rank, name, if(unowned, 'unowned', op_category(name)) as category, input_dims, input_type,
+    select rank, name, if(unowned, 'unowned', n.name_category) as category, input_dims, input_type,
            count, gpu_calls, total_cpu_ms, self_cpu_ms, direct_kernel_ms, subtree_kernel_ms,
            kernel_mean_us, kernel_median_us, kernel_min_us, kernel_max_us, direct_gpu_ops,
            100 * direct_ns / nullif(sum(direct_ns) over ranked, 0) as percent_kernel,
@@ -238,5 +247,6 @@ create or replace macro op_rollup(by_shape) as table
                                       rows between unbounded preceding and current row)
                / nullif(sum(direct_ns) over ranked, 0) as cumulative_percent
     from all_grouped
+    left join op_name_categories() n on n.categorized_name is not distinct from all_grouped.name
     window ranked as (partition by rank)
     order by rank, direct_kernel_ms desc, name, input_dims, input_type;

@@ -1,6 +1,6 @@
 -- about: training-step windows and GPU time inside time windows (table macros).
 -- inputs: events, edges
--- includes: lib/launches, lib/categories, lib/iterations
+-- includes: lib/launches, lib/iterations, lib/names
 -- macros:
 --   step_windows(): one row per rank and step: a ProfilerStep#N, from the CPU user_annotation of that name (a
 --     cpu_op in legacy traces), or where a rank has none, a serving engine's iteration (lib/iterations.sql: the
@@ -110,10 +110,11 @@ create or replace macro gpu_time_in_windows(windows) as table
         select rank, window_id, start_ns, end_ns from query_table(windows)
     ),
     gtw_ops as (
-        select rank, start_ns, end_ns,
-               case when call_id is null then 'unlaunched' else gpu_timeline_category(name, kind) end as category
-        from gpu_ops()
-        where dur > 0
+        select g.rank, g.start_ns, g.end_ns,
+               case when g.call_id is null then 'unlaunched' else c.timeline_category end as category
+        from gpu_ops() g
+        left join gpu_op_categories() c on c.name is not distinct from g.name and c.kind = g.kind
+        where g.dur > 0
     ),
     gtw_clipped as (
         select w.rank, w.window_id, greatest(o.start_ns, w.start_ns) as start_ns, least(o.end_ns, w.end_ns) as end_ns,

@@ -493,7 +493,7 @@ def analysis_order(name: str) -> list[str]:
 # macro its body (a dozen category regexes) was bound twice, when defined and when called; as a table, once.
 # frames_only_threads: step_or_trace_windows and the critical path's walk each grouped every event by thread for it
 # (80M instructions of OWLv2's 783M walk).
-SHARED_TABLE_MACROS = ("gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
+SHARED_TABLE_MACROS = ("gpu_op_categories", "op_name_categories", "gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
                        "step_windows", "step_metrics", "steady_steps", "frames_only_threads", "step_or_trace_windows",
                        "rank_devices", "_critical_path_events", "_critical_path_calls",
                        "_critical_path_lanes", "step_critical_paths", "collective_kernels")
