@@ -52,7 +52,7 @@ grouped as (
     from owned o join per_rank p on p.rank = o.rank
     group by o.rank, o.op_name, o.attribution, o.unowned_reason, o.name, o.kind, o.stream
 )
--- the categories looked up by name (lib/categories.sql: gpu_op_categories, op_name_categories)
+-- the categories looked up by name (gpu_op_categories in lib/names.sql, op_name_categories in lib/launches.sql)
 select g.rank, g.op_name, if(g.op_name is null, null, n.name_category) as op_category,
        g.attribution, g.unowned_reason, g.kernel_name, g.kind, g.stream, c.category,
        g.count, g.total_us, g.mean_us, g.median_us, g.min_us, g.max_us, g.stddev_us, g.percent_kernel_time,
