@@ -492,11 +492,13 @@ def analysis_order(name: str) -> list[str]:
 # lanes' sort reads (queries/lib/critical_path.sql). collective_kernels: one analysis of a report reads it, but as a
 # macro its body (a dozen category regexes) was bound twice, when defined and when called; as a table, once.
 # frames_only_threads: step_or_trace_windows and the critical path's walk each grouped every event by thread for it
-# (80M instructions of OWLv2's 783M walk).
-SHARED_TABLE_MACROS = ("gpu_op_categories", "op_name_categories", "gpu_ops", "launch_ancestors", "launch_op_ancestors", "op_calls", "gpu_op_owners",
-                       "step_windows", "step_metrics", "steady_steps", "frames_only_threads", "step_or_trace_windows",
-                       "rank_devices", "_critical_path_events", "_critical_path_calls",
-                       "_critical_path_lanes", "step_critical_paths", "collective_kernels")
+# (80M instructions of OWLv2's 783M walk). gpu_op_categories and op_name_categories: the categories of each
+# distinct name, so the category macros' regexes are planned once a connection, not in each statement that joins them.
+SHARED_TABLE_MACROS = ("gpu_op_categories", "op_name_categories", "gpu_ops", "launch_ancestors",
+                       "launch_op_ancestors", "op_calls", "gpu_op_owners", "step_windows", "step_metrics",
+                       "steady_steps", "frames_only_threads", "step_or_trace_windows", "rank_devices",
+                       "_critical_path_events", "_critical_path_calls", "_critical_path_lanes", "step_critical_paths",
+                       "collective_kernels")
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None, *,
