@@ -40,14 +40,18 @@ NEST_KIND = pa.scalar("nest", pa.string())  # typed: pyarrow's type inference tr
 LINK_RESULTS = ("launch_edges", "stream_edges", "unlinked_launches", "sync_edge_pairs", "unresolved_syncs",
                 "sync_inferred_edges", "stream_wait_inferred_edges", "thread_wait_inferred_edges", "flow_edges",
                 "unbound_flows")
-# Passes whose every row comes from one kind of entry, by their SQL's own filter: `cuda_sync` events (sync_records,
-# sync_edges and what they read), `fwdbwd` flow endpoints (flow_bindings). Most real traces hold no sync events and
-# inference traces no fwdbwd flows: their results are then empty, and their passes are not run (on OWLv2, 9 of the
-# 15 statements, 0.19 of the SQL passes' 0.50 CPU s on one thread: planning, hash tables and sorts built for no row;
-# build_edges 0.33 -> 0.22 s). What the passes after them read (sync_edges) is bound empty, as `inferred_edges` binds
-# it for a trace without sync events.
+# Passes whose every row comes from entries a trace may lack, by their SQL's own filters: `cuda_sync` events
+# (sync_records, sync_edges and what they read), `fwdbwd` flow endpoints (flow_bindings), host points on two threads
+# of a rank (thread_wait_inferred_edges joins a point to one on another thread; the nest pass, which sorts the host
+# events by thread, says whether a rank has them). Most real traces hold no sync events, inference traces no fwdbwd
+# flows and often one host thread: the results are then empty, and their passes are not run (on OWLv2, 10 of the 15
+# statements, 0.31 of the SQL passes' 0.50 CPU s on one thread: planning, hash tables and sorts built for no row).
+# What the passes after them read (sync_edges) is bound empty, as `inferred_edges` binds it without sync events.
 FAMILY_RESULTS = {"sync": {"sync_edge_pairs": "edges", "unresolved_syncs": "diagnostics"},
-                  "flow": {"flow_edges": "edges", "unbound_flows": "diagnostics"}}
+                  "flow": {"flow_edges": "edges", "unbound_flows": "diagnostics"},
+                  "thread_wait": {"thread_wait_inferred_edges": "edges"}}
+# the events whose starts and ends are the points of queries/link/thread_wait_inferred_edges.sql
+THREAD_WAIT_POINT_KINDS = ("cpu_op", "user_annotation", "python_function")
 
 
 def build_edges(tables: TraceTables) -> TraceTables:
@@ -57,18 +61,24 @@ def build_edges(tables: TraceTables) -> TraceTables:
     with ThreadPoolExecutor(1, thread_name_prefix="tracekit-nest") as pool:
         nesting = pool.submit(nest_edges, tables.events)
         families = absent_families(tables)
-        absent = {name: schema.empty(table) for family in families for name, table in FAMILY_RESULTS[family].items()}
-        run = [name for name in LINK_RESULTS if name not in absent]
         bound = ("sync_edges",) if "sync" in families else ()
+        thread_waits = list(FAMILY_RESULTS["thread_wait"])
         with tables.connect() as con:
             for name in bound:
                 con.register(name, schema.empty("edges"))
             # each pass after the passes whose results it reads (their `inputs:` headers), each computed once, into
             # a temp table: a result fetched as Arrow would be bound twice (once for its schema, once to run it),
-            # and the passes after it scan a table faster than Arrow
+            # and the passes after it scan a table faster than Arrow; the thread waits last, once the nest pass says
+            # whether a rank has host points on two threads
+            run = [name for name in LINK_RESULTS if name not in family_results(families) and name not in thread_waits]
             catalog.run_stage(con, [f"link/{name}" for name in run], temp_tables=True, bound=bound)
-            made = absent | {name: con.table(name).to_arrow_table() for name in run}
-        nest, nest_notes = nesting.result()
+            nest, nest_notes, several_threads = nesting.result()
+            if several_threads:
+                catalog.run_stage(con, [f"link/{name}" for name in thread_waits], temp_tables=True)
+                run += thread_waits
+            else:
+                families.add("thread_wait")
+            made = family_results(families) | {name: con.table(name).to_arrow_table() for name in run}
     launch, stream, sync, sync_inferred, stream_wait_inferred, thread_wait_inferred, flow = (
         made[name] for name in ("launch_edges", "stream_edges", "sync_edge_pairs", "sync_inferred_edges",
                                 "stream_wait_inferred_edges", "thread_wait_inferred_edges", "flow_edges"))
@@ -82,8 +92,14 @@ def build_edges(tables: TraceTables) -> TraceTables:
     return tables.with_tables(edges=edges, diagnostics=notes)
 
 
+def family_results(families: set[str]) -> dict[str, pa.Table]:
+    """The results of the pass families FAMILIES on a trace without their entries: empty."""
+    return {name: schema.empty(table) for family in families for name, table in FAMILY_RESULTS[family].items()}
+
+
 def absent_families(tables: TraceTables) -> set[str]:
-    """The pass families of FAMILY_RESULTS whose entries TABLES lack (the same filters as their SQL's)."""
+    """The pass families of FAMILY_RESULTS whose entries TABLES lack (the same filters as their SQL's), but
+    thread_wait, which the nest pass tells."""
     events, flows = tables.events, tables.flows
     absent = set()
     if not pc.any(pc.equal(events.column("kind"), "sync")).as_py():
@@ -109,8 +125,9 @@ def inferred_edges(tables: TraceTables, recorded_first: bool = True) -> pa.Table
                                  for name in ("sync_inferred_edges", "stream_wait_inferred_edges")])
 
 
-def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """parent → child by containment on each (rank, pid, tid), and a diagnostic per improper overlap.
+def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table, bool]:
+    """parent → child by containment on each (rank, pid, tid), a diagnostic per improper overlap, and whether a rank
+    has points of THREAD_WAIT_POINT_KINDS (a timed event of those kinds) on two threads or more.
 
     An event's parent is the nearest earlier-starting event on its thread that ends no earlier than it does.
     Real traces hold sub-microsecond overlaps that are not nesting (an op that starts inside another and ends after
@@ -124,17 +141,21 @@ def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table]:
     nesting = pc.and_(pc.is_valid(outer_first), pc.is_valid(events.column("ts")))
     kept = events.select(["rank", "id", "pid", "tid", "ts", "dur"]).filter(nesting)
     if kept.num_rows == 0:
-        return schema.empty("edges"), schema.empty("diagnostics")
+        return schema.empty("edges"), schema.empty("diagnostics"), False
     ts, ids = kept.column("ts").to_numpy(), kept.column("id").to_numpy()
     end = ts + np.maximum(pc.fill_null(kept.column("dur"), 0).to_numpy(), 0)
     thread = [sort_codes(kept.column(c)) for c in ("rank", "pid", "tid")]
-    order = np.lexsort((ids, outer_first.filter(nesting).to_numpy(), -end, ts, *thread[::-1]))
+    kinds = outer_first.filter(nesting).to_numpy()
+    order = np.lexsort((ids, kinds, -end, ts, *thread[::-1]))
     ts, end, ids = ts[order], end[order], ids[order]
     ranks = kept.column("rank").to_numpy()[order]
     n = len(order)
     index = np.arange(n)
     new_thread = np.r_[True, np.any([t[order][1:] != t[order][:-1] for t in thread], axis=0)]
     thread_start = np.maximum.accumulate(np.where(new_thread, index, 0))
+    # the first row of each thread with points, in (rank, thread) order: a rank twice has two such threads
+    with_points = np.unique(thread_start[np.isin(kinds[order], [NESTING_RANK[k] for k in THREAD_WAIT_POINT_KINDS])])
+    several_threads = bool(np.any(ranks[with_points][1:] == ranks[with_points][:-1]))
 
     # parent: a container must still be open after the child starts (a zero-length event at the instant a sibling
     # ends belongs to the enclosing event, not to that sibling). open_at_start: the nearest earlier event still open
@@ -159,7 +180,7 @@ def nest_edges(events: pa.Table) -> tuple[pa.Table, pa.Table]:
                             f"contains it" for o in overlap_with], pa.string()),
         "dropped": pa.array(np.zeros(int(improper.sum()), dtype=bool)),
     })
-    return edges, notes
+    return edges, notes, several_threads
 
 
 def sort_codes(values: pa.ChunkedArray) -> np.ndarray:
