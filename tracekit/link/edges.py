@@ -70,7 +70,8 @@ def build_edges(tables: TraceTables) -> TraceTables:
             # a temp table: a result fetched as Arrow would be bound twice (once for its schema, once to run it),
             # and the passes after it scan a table faster than Arrow; the thread waits last, once the nest pass says
             # whether a rank has host points on two threads
-            run = [name for name in LINK_RESULTS if name not in family_results(families) and name not in thread_waits]
+            skipped = family_results(families)
+            run = [name for name in LINK_RESULTS if name not in skipped and name not in thread_waits]
             catalog.run_stage(con, [f"link/{name}" for name in run], temp_tables=True, bound=bound)
             nest, nest_notes, several_threads = nesting.result()
             if several_threads:
