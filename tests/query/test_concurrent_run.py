@@ -268,3 +268,35 @@ def test_leaving_the_block_early_interrupts_the_background_query(tables):
             time.sleep(1)  # the long query has begun: an interrupt before it begins would be lost
             raise RuntimeError("stop")
     assert outcome == ["interrupted"]
+
+
+def test_chains_start_before_the_sheets_own_analyses_which_start_in_sheet_order():
+    """A chain behind a sheet in the middle (gemm → op_perf → roofline) started in its sheet's place ended last, and
+    the writer wrote every later sheet alone after the analyses; the walk's prerequisites still go first."""
+    needs = {"overview": {"macro:calls"}, "macro:calls": set(), "gemm": set(), "op_perf": {"gemm"},
+             "roofline": {"op_perf"}, "diagnostics": set(), "path_top": {"macro:walk"}, "macro:walk": {"macro:events"},
+             "macro:events": set()}
+    steps = ["overview", "gemm", "op_perf", "roofline", "path_top", "diagnostics"]
+    assert analyses.start_order(needs, steps, {"path_top"}) == [
+        "macro:events", "macro:walk", "path_top",  # the walk, by its chain
+        "gemm",  # the longest chain of the rest
+        "macro:calls", "op_perf",  # chains of two, in the place of the first sheet that waits on them
+        "overview", "roofline", "diagnostics"]  # the sheets' own analyses, in sheet order
+
+
+def test_a_report_starts_its_op_model_chain_before_the_overviews_analyses(tables, monkeypatch):
+    orders = []
+    real = analyses.start_order
+
+    def start_order(*args):
+        order = real(*args)
+        orders.append(list(order))  # the run takes each node off the list as it starts it
+        return order
+
+    monkeypatch.setattr(analyses, "start_order", start_order)
+    analyses.run_all(tables, NAMES, {}, threads=2)
+    (order,) = orders
+    assert order.index("gemm") < order.index("op_perf") < order.index("rank_info") < order.index("roofline")
+    leaves = [n for n in order if n in NAMES and not any(n in analyses.analysis_inputs(m) for m in NAMES)
+              and not catalog.walks_critical_path(n)]
+    assert leaves == order[-len(leaves):], "the sheets' own analyses run last"

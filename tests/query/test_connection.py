@@ -194,20 +194,19 @@ def test_analyses_run_at_once_share_the_cpus_as_duckdb_threads(monkeypatch, tmp_
     monkeypatch.setattr(analyses, "run_step", recorded(analyses.run_step))
     monkeypatch.setattr(catalog, "materialize_macro", recorded(catalog.materialize_macro))
     monkeypatch.setattr(connection, "usable_cpus", lambda: 2)
-    # many analyses side by side; the critical path's chain of shared tables, most of which runs alone; one at a time
-    runs = [(["op_summary", "kernel_summary", "gpu_timeline", "step_stats", "op_categories"], 2),
-            (["critical_path_top", "critical_path_categories"], 2),
-            (["op_summary", "kernel_summary", "gpu_timeline"], 1)]
-    for names, workers in runs:
+    # many analyses side by side (chains of shared tables started together: whether one is then left alone depends
+    # on their times); the critical path's chain of shared tables, most of which runs alone; one at a time
+    runs = [(["op_summary", "kernel_summary", "gpu_timeline", "step_stats", "op_categories"], 2, None),
+            (["critical_path_top", "critical_path_categories"], 2, {1, 2}),
+            (["op_summary", "kernel_summary", "gpu_timeline"], 1, {2})]
+    for names, workers, expected in runs:
         seen.clear()
         with catalog.connect(tables, materialize=True, threads=2) as con:
             analyses.run_all(tables, names, threads=workers, con=con)
             after = connection.duckdb_threads(con)
         assert len(seen) >= len(names), seen
         threads = {threads for threads, _ in seen}
-        if workers == 2:
-            beside = {threads for threads, flying in seen if flying == 2}
-            assert beside == {1} and threads == {1, 2}, (names, seen)  # one beside another, both alone
-        else:
-            assert threads == {2}, seen
+        assert threads <= {1, 2} and (expected is None or threads == expected), (names, seen)
+        if workers == 2:  # one beside another
+            assert {threads for threads, flying in seen if flying == 2} == {1}, (names, seen)
         assert after == 2, names

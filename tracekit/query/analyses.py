@@ -235,35 +235,7 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
         finally:
             cursors.put(cur)
 
-    # first what the critical path's walk waits on (its shared tables: half the instructions of a report's
-    # analyses, one after the other), by the longest chain of nodes waiting on a node (started last, they ran alone
-    # at the end: A100 trace, 2.45 s, 1.25 s of it theirs), then the longest chain behind it; the others in the
-    # order they were asked for (STEPS), each node at the place of the first step that waits on it: a report
-    # writes its sheets in that order as their analyses end (OWLv2: the Overview's analyses, started last, held
-    # every sheet back to the end of the analyses)
-    waiting = {node: [n for n in needs if node in needs[n]] for node in needs}
-
-    @cache
-    def chain(node: str) -> int:
-        return 1 + max(map(chain, waiting[node]), default=0)
-
-    @cache
-    def behind(node: str) -> int:
-        return 1 + max(map(behind, needs[node]), default=0)
-
-    @cache
-    def before(node: str) -> frozenset[str]:
-        return frozenset(needs[node]).union(*map(before, needs[node]))
-
-    asked = {step: i for i, step in enumerate(steps)}
-
-    @cache
-    def place(node: str) -> int:
-        return asked[node] if node in asked else min(map(place, waiting[node]), default=len(steps))
-
-    walk = {step for step in steps if catalog.walks_critical_path(step)}
-    walk |= set().union(*map(before, walk))
-    pending = sorted(needs, key=lambda n: (n not in walk, 0 if n in walk else place(n), -chain(n), -behind(n)))
+    pending = start_order(needs, steps, {step for step in steps if catalog.walks_critical_path(step)})
     running, finished, alone = {}, set(), []
     with connection.threads_shared(con) as share:
         pool = ThreadPoolExecutor(workers, thread_name_prefix="tracekit-query")
@@ -316,6 +288,41 @@ def run_concurrently(con: duckdb.DuckDBPyConnection, tables: TraceTables, bound:
             pool.shutdown(wait=True, cancel_futures=True)
             for cur in made:
                 cur.close()
+
+
+def start_order(needs: dict[str, set[str]], steps: list[str], walkers: set[str]) -> list[str]:
+    """The nodes of a run (NEEDS: each node → the nodes it waits on) in the order they are started as they become
+    ready: first what the WALKERS (the steps that read the critical path's walk) wait on, with them (the walk's
+    shared tables: half the instructions of a report's analyses, one after the other); then the others. Each group
+    by the longest chain of nodes waiting on a node (started last, a chain runs alone at the end: A100 trace, 2.45
+    s, 1.25 s of it the walk's), then in the order the STEPS were asked for, each node at the place of the first
+    step that waits on it (a report writes its sheets in that order as their analyses end), then by the longest
+    chain behind it. By place before chain, the chain behind a sheet in the middle (gemm, op_perf, roofline: the
+    Roofline and Perf sheets) ended last, and the writer wrote every sheet after it alone at the end (OWLv2: 0.3-0.4
+    s of one core); the sheets' own analyses (chains of one) now run last, in sheet order, and the writer keeps up
+    with them."""
+    waiting = {node: [n for n in needs if node in needs[n]] for node in needs}
+
+    @cache
+    def chain(node: str) -> int:
+        return 1 + max(map(chain, waiting[node]), default=0)
+
+    @cache
+    def behind(node: str) -> int:
+        return 1 + max(map(behind, needs[node]), default=0)
+
+    @cache
+    def before(node: str) -> frozenset[str]:
+        return frozenset(needs[node]).union(*map(before, needs[node]))
+
+    asked = {step: i for i, step in enumerate(steps)}
+
+    @cache
+    def place(node: str) -> int:
+        return asked[node] if node in asked else min(map(place, waiting[node]), default=len(steps))
+
+    walk = set(walkers).union(*map(before, walkers))
+    return sorted(needs, key=lambda n: (n not in walk, -chain(n), 0 if n in walk else place(n), -behind(n)))
 
 
 class RunStopped(Exception):
