@@ -4,6 +4,8 @@ points on two threads of a rank."""
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
 
@@ -66,3 +68,14 @@ def test_skipped_families_change_nothing(relative, present, monkeypatch):
     reasons = set(every_pass.diagnostics.column("reason").to_pylist())
     for family in present - {"thread_wait"}:  # two threads need not wait on each other
         assert family in kinds or any(reason.startswith(family) for reason in reasons)
+
+
+def test_the_thread_wait_points_are_the_kinds_its_pass_reads():
+    """The nest pass decides whether the thread-wait pass can find anything from THREAD_WAIT_POINT_KINDS: a kind its
+    SQL reads and the constant lacks would skip the pass on a trace it has edges for."""
+    from tracekit.engine.catalog import load_query
+
+    filters = re.findall(r"kind in \(([^)]*)\)", load_query("link/thread_wait_inferred_edges").statement)
+    assert filters
+    for listed in filters:
+        assert set(re.findall(r"'([a-z_]+)'", listed)) == set(edges.THREAD_WAIT_POINT_KINDS), listed
