@@ -11,6 +11,7 @@ import zlib
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
+import msgspec
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -217,3 +218,79 @@ def test_worker_processes_give_the_same_tables():
         assert in_process.polars(name).sort(key, maintain_order=True).equals(
             in_workers.polars(name).sort(key, maintain_order=True)), name
     assert in_workers.rank_list == list(range(8))
+
+
+def header_doc() -> dict:
+    """A Kineto document whose header holds the keys the reader looks for where they are not the entries: inside a
+    string, and nested in an object."""
+    return {"schemaVersion": 1, "note": '"traceEvents": [1], "nodes": [2]', "meta": {"nodes": [], "traceEvents": 3},
+            "nodes": [{"id": 1}], "traceEvents": tricky_entries(20), "trailer": {"x": 1}}
+
+
+@pytest.mark.parametrize("block_bytes", [1, 2, 3, 5, 13, 64, 1 << 20])
+def test_the_header_is_found_wherever_the_blocks_split_it(block_bytes):
+    """The keys are looked for in the new text only: a key split between blocks at any byte, or followed by blanks
+    up to a block's end, is found as in one block; and the top-level keys are those json.loads sees."""
+    doc = header_doc()
+    text = json.dumps(doc, indent=1).replace('"traceEvents":', '"traceEvents"  \n :  ').encode()
+
+    def chunks_of(blocks):
+        gen = trace_event_chunks(iter(blocks), 4096)
+        out = []
+        try:
+            while True:
+                out.append(next(gen))
+        except StopIteration as stop:
+            return out, stop.value
+
+    split = [text[i:i + block_bytes] for i in range(0, len(text), block_bytes)]
+    chunks, (top, cut) = chunks_of(split)
+    assert (chunks, (top, cut)) == chunks_of([text])
+    assert cut is None and {k: json.loads(v) for k, v in top.items()} == {
+        k: v for k, v in doc.items() if k != "traceEvents"}
+    assert [e for chunk in chunks for e in json.loads(chunk)] == doc["traceEvents"]
+
+
+def test_an_execution_trace_is_told_from_its_first_block():
+    """An Execution Trace (top-level `nodes` after `schema`) is left to the whole-file path after one block, not read
+    to the header's limit first; a Kineto trace whose header has a top-level `nodes` without `schema` streams."""
+    nodes = [{"name": f"aten::op{i}", "id": i, "parent": 1, "inputs": [[i]]} for i in range(20000)]
+    et = json.dumps({"schema": "1.0.1", "pid": 7, "nodes": nodes, "finish_ts": 9}, indent=2).encode()
+    blocks = [et[i:i + 4096] for i in range(0, len(et), 4096)]
+    taken = []
+
+    def counted():
+        for block in blocks:
+            taken.append(block)
+            yield block
+
+    with pytest.raises(NotStreamable):
+        next(trace_event_chunks(counted(), 1 << 20))
+    assert len(blocks) > 100 and len(taken) == 1
+    kineto = json.dumps({"nodes": [1], "traceEvents": tricky_entries(3)}).encode()
+    assert json.loads(next(trace_event_chunks(iter([kineto]), 1 << 20))) == tricky_entries(3)
+
+
+def test_a_cut_value_is_told_from_its_last_bytes_as_from_the_whole_text():
+    """`value_state` looks for a cut number or NaN/Infinity in the text's last bytes only; the oracle applies the
+    same patterns to the whole text, as it did before: every cut of a text full of such tokens agrees."""
+    from tracekit.read import jsontext
+
+    def whole_text_state(text: bytes) -> str:
+        text = jsontext.CUT_NON_FINITE.sub(b"", text)
+        if jsontext.CUT_NUMBER.search(text):
+            text += b"0"
+        try:
+            jsontext._VALUE.decode(text)
+        except msgspec.DecodeError as exc:
+            if str(exc) == jsontext.CUT_OFF:
+                return "cut"
+            repaired, _ = jsontext.repaired_json(text)
+            return whole_text_state(repaired) if repaired != text else "malformed"
+        return "complete"
+
+    text = (b'{"a": [1.5e-3, -2, NaN, -Infinity, Infinity, nan, -inf, "x-In", 12E+4, -0.25], '
+            b'"in": "-Inf", "b": {"c": -1e5, "d": [Infinity]}, "e": -7}')
+    states = [(jsontext.value_state(text[:i]), whole_text_state(text[:i])) for i in range(1, len(text) + 1)]
+    assert [i for i, (new, old) in enumerate(states, 1) if new != old] == []
+    assert {new for new, _ in states} == {"cut", "complete"}

@@ -87,7 +87,10 @@ MIN_BLOCK_BYTES = 64 << 10  # decompressed bytes per step, when chunks are small
 HEADER_LIMIT = 64 << 20  # top-level keys before traceEvents are small: past this, stop looking
 JSON_SPACE = b" \t\r\n"
 LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
-TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*')
+# the keys the header is read up to: traceEvents (a Kineto trace's entries) and nodes (an Execution Trace's); one
+# followed by blanks up to the text's end (\Z) waits for more text; a key's name is not cut where these start
+HEADER_KEYS = re.compile(rb'"(traceEvents|nodes)"[ \t\r\n]*(?::[ \t\r\n]*|\Z)')
+HEADER_KEY_BYTES = len(b'"traceEvents"')
 
 
 def _entry_end(first_keys: bytes) -> re.Pattern:
@@ -307,30 +310,40 @@ def _last_match(pattern: re.Pattern, text: bytes, begin: int, end: int) -> re.Ma
 
 def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, bool, int]:
     """Read up to the '[' that opens the entries: (top-level keys before it, the text after it, top is an object,
-    bytes read)."""
-    text = b""
+    bytes read). An Execution Trace (its `nodes` after its `schema`, parse_text's rule) is not streamed: it is told
+    from its first block, not read to HEADER_LIMIT first (a 64 MB one took 4 s)."""
+    text = bytearray()  # appended to in place: `bytes +=` copied the whole text for each block
+    searched = 0  # the keys are looked for from here: a key starting before it was seen whole
     try:
         for block in blocks:
             text += block
             start = LEADING_SPACE.match(text).end()
             first = text[start:start + 1]
             if first == b"[":
-                return {}, text[start + 1:], False, len(text)
+                return {}, bytes(text[start + 1:]), False, len(text)
             if first not in (b"{", b""):
                 raise NotStreamable
-            for match in TRACE_EVENTS_KEY.finditer(text):
-                if match.end() == len(text):  # the value has not arrived yet
+            for match in HEADER_KEYS.finditer(text, searched):
+                if match.end() == len(text):  # the key's value has not arrived yet: looked at again with more text
+                    searched = match.start()
                     break
-                head = _header_keys(text[:match.start()])
+                head = _header_keys(bytes(text[:match.start()]))
                 if head is None:  # not a top-level key
+                    continue
+                if match.group(1) == b"nodes":
+                    if "schema" in head:
+                        raise NotStreamable  # an Execution Trace
                     continue
                 if text[match.end():match.end() + 1] != b"[":
                     raise NotStreamable
-                return head, text[match.end() + 1:], True, len(text)
+                return head, bytes(text[match.end() + 1:]), True, len(text)
+            else:
+                searched = max(searched, len(text) - HEADER_KEY_BYTES)  # a key cut at the text's end starts here
             if len(text) > HEADER_LIMIT:  # not a Kineto header (an Execution Trace, say)
                 raise NotStreamable
     except StreamCut:
         raise NothingToSalvage(len(text), True) from None
+    text = bytes(text)
     if text.strip(JSON_SPACE) and jsontext.value_state(text) == "cut":
         raise NothingToSalvage(len(text), False)
     raise NotStreamable
