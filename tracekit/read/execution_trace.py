@@ -145,19 +145,15 @@ def _io_text(values: msgspec.Raw, shapes: msgspec.Raw, types: msgspec.Raw) -> by
 def _node_row(node: Node, extra: dict[str, Any]) -> tuple:
     """(parent, rf_id, fw_parent, seq_id, tid, op_schema, inputs, outputs, attrs) of one node, either layout."""
     attrs = {k: v for k in FLAT_EXTRA_FIELDS if (v := getattr(node, k)) is not None}
-    if node.attrs is not None:  # 1.1.x
+    if node.attrs is None:  # 1.0.1: the promoted attributes are the node's own keys
+        promoted = (node.rf_id, node.fw_parent, node.seq_id, node.tid, node.op_schema)
+    else:  # 1.1.x
         attrs.update((a.name, a.value) for a in node.attrs)
-    promoted = {}
-    for key, kind in PROMOTED_ATTRS.items():
-        value = attrs.get(key)
-        if isinstance(value, kind) and not isinstance(value, bool):
-            promoted[key] = attrs.pop(key)
-        else:  # a flat 1.0.1 key (None when absent)
-            promoted[key] = getattr(node, key)
+        promoted = tuple(attrs.pop(key) if isinstance(value := attrs.get(key), kind) and not isinstance(value, bool)
+                         else getattr(node, key) for key, kind in PROMOTED_ATTRS.items())
     parent = node.ctrl_deps if node.ctrl_deps is not None else node.parent
     attrs.update(extra)
-    return (parent, promoted["rf_id"], promoted["fw_parent"], promoted["seq_id"], promoted["tid"],
-            promoted["op_schema"], _io_text(node.inputs, node.input_shapes, node.input_types),
+    return (parent, *promoted, _io_text(node.inputs, node.input_shapes, node.input_types),
             _io_text(node.outputs, node.output_shapes, node.output_types),
             _encode(attrs).decode() if attrs else None)
 
@@ -213,17 +209,8 @@ def tensor_rows(node_ids: list[int], inputs: list[bytes | None], outputs: list[b
     Python only walks the argument types; the tensor tuples of all nodes are decoded by one msgspec call and
     shapes / strides are kept as the JSON text they were written as. Lists of tensors (rare) are decoded and walked.
     """
-    keys: dict[str, list] = {"node": [], "direction": [], "position": [], "element": [], "dtype": []}
-    values, shapes, strides = [], [], []
+    rows: list[tuple] = []  # (node, direction, position, element, dtype, value, shape, stride): one tuple a tensor
     problems: list[tuple[int, str]] = []
-
-    def add(node, direction, position, element, dtype, value, shape, stride):
-        for column, item in zip(keys.values(), (node, direction, position, element, dtype)):
-            column.append(item)
-        values.append(value)
-        shapes.append(shape)
-        strides.append(stride)
-
     for direction, texts in (("input", inputs), ("output", outputs)):
         blob = b"[" + b",".join(t or b"{}" for t in texts) + b"]"
         try:
@@ -237,21 +224,23 @@ def tensor_rows(node_ids: list[int], inputs: list[bytes | None], outputs: list[b
                     decoded.append(Values())
                     problems.append((node, f"{direction}s not readable: {exc}"))
         for node, io in zip(node_ids, decoded):
+            values, shapes, strides = io.values, io.shapes, io.strides
             for position, type_ in enumerate(io.types):
                 if type(type_) is not str or "Tensor" not in type_:
                     continue
-                value = _item(io.values, position)
+                value, shape, stride = _item(values, position), _item(shapes, position), _item(strides, position)
                 if type_.startswith("Tensor"):
-                    add(node, direction, position, None, tensor_dtype(type_), value, _item(io.shapes, position),
-                        _item(io.strides, position))
+                    rows.append((node, direction, position, None, tensor_dtype(type_), value, shape, stride))
                     continue
                 leaves = []
-                shape, stride = _item(io.shapes, position), _item(io.strides, position)
                 list_leaves(_ANY.decode(value) if value else None, type_, _ANY.decode(shape) if shape else None,
                             _ANY.decode(stride) if stride else None, leaves)
-                for element, (v, dtype, shape_, stride_) in enumerate(leaves):
-                    add(node, direction, position, element, dtype, _encode(v),
-                        b"" if shape_ is None else _encode(shape_), b"" if stride_ is None else _encode(stride_))
+                rows += [(node, direction, position, element, dtype, _encode(v),
+                          b"" if shape_ is None else _encode(shape_), b"" if stride_ is None else _encode(stride_))
+                         for element, (v, dtype, shape_, stride_) in enumerate(leaves)]
+    columns = list(zip(*rows)) if rows else [()] * 8
+    keys = dict(zip(("node", "direction", "position", "element", "dtype"), columns[:5]))
+    values, shapes, strides = columns[5:]
 
     try:
         tensors = _TENSOR_VALUES.decode(b"[" + b",".join(bytes(v) or b"null" for v in values) + b"]")
