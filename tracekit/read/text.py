@@ -323,7 +323,10 @@ def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, boo
                 return {}, bytes(text[start + 1:]), False, len(text)
             if first not in (b"{", b""):
                 raise NotStreamable
-            for match in HEADER_KEYS.finditer(text, searched):
+            # `search`, not `finditer`: a live scanner holds the buffer, and the text grows after the loop
+            at = searched
+            while match := HEADER_KEYS.search(text, at):
+                at = match.end()
                 if match.end() == len(text):  # the key's value has not arrived yet: looked at again with more text
                     searched = match.start()
                     break
