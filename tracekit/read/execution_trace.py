@@ -224,11 +224,10 @@ def tensor_rows(node_ids: list[int], inputs: list[bytes | None], outputs: list[b
                     decoded.append(Values())
                     problems.append((node, f"{direction}s not readable: {exc}"))
         for node, io in zip(node_ids, decoded):
-            values, shapes, strides = io.values, io.shapes, io.strides
             for position, type_ in enumerate(io.types):
                 if type(type_) is not str or "Tensor" not in type_:
                     continue
-                value, shape, stride = _item(values, position), _item(shapes, position), _item(strides, position)
+                value, shape, stride = _item(io.values, position), _item(io.shapes, position), _item(io.strides, position)
                 if type_.startswith("Tensor"):
                     rows.append((node, direction, position, None, tensor_dtype(type_), value, shape, stride))
                     continue
