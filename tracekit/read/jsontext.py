@@ -3,7 +3,8 @@ the repairs that make a real trace's not-quite-JSON decodable.
 
 The structure scan finds the brackets and commas that lie outside strings (a quote counts unless an odd run of
 backslashes precedes it) and the nesting depth after each, vectorised in numpy: it is what tells a cut between two
-entries from a cut inside one, and splits an array whose text msgspec rejects into its values.
+entries from a cut inside one, splits an array whose text msgspec rejects into its values, and tells which keys
+of a header are top-level ones (`PrefixDepth`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Structure:
     chars: np.ndarray  # those bytes
     depth: np.ndarray  # nesting depth after each, relative to the start of the text
     ends_in_string: bool
+    quotes: np.ndarray  # byte offsets of the quotes that open and close strings, in turn (the first opens one)
 
     def at_depth(self, depth: int, chars: bytes) -> np.ndarray:
         """Offsets of the given structural bytes that leave the nesting at `depth`."""
@@ -48,7 +50,33 @@ def structure(text: bytes) -> Structure:
     outside = (chars != QUOTE) & (chars != BACKSLASH) & (quotes_so_far % 2 == 0)
     kept = chars[outside]
     return Structure(positions[outside], kept, np.cumsum(_DEPTH_STEP[kept]),
-                     bool(quotes_so_far[-1] % 2) if len(quotes_so_far) else False)
+                     bool(quotes_so_far[-1] % 2) if len(quotes_so_far) else False, positions[quote])
+
+
+@dataclass
+class PrefixDepth:
+    """Where strings open in one growing text, and at what nesting depth, asked at offsets that only grow: each
+    question scans only the text since the last structural byte scanned before (from there the text is outside
+    every string), so the keys of a text looked at block by block cost one scan of it, not one each."""
+
+    scanned: int = 0  # just after the last structural byte scanned: outside every string
+    depth: int = 0  # the nesting depth there
+
+    def string_depths(self, text: bytes | bytearray, offsets: list[int]) -> list[int | None]:
+        """For each of OFFSETS (ascending): the nesting depth there if a string opens there (a quote outside every
+        string), else None. The text up to them is the one earlier questions saw, or more of it."""
+        if not offsets:
+            return []
+        if offsets[0] < self.scanned:  # asked before where the last question was: scanned again from the start
+            self.scanned, self.depth = 0, 0
+        found = structure(bytes(text[self.scanned:offsets[-1] + 1]))
+        at = np.asarray(offsets) - self.scanned
+        nth_quote = np.searchsorted(found.quotes, at)  # the quotes before each offset: an even count, outside strings
+        opens = (nth_quote % 2 == 0) & (np.append(found.quotes, -1)[nth_quote] == at)
+        depths = self.depth + np.append(0, found.depth)[np.searchsorted(found.positions, at)]
+        if len(found.positions):
+            self.scanned, self.depth = self.scanned + int(found.positions[-1]) + 1, self.depth + int(found.depth[-1])
+        return [depth if open_ else None for open_, depth in zip(opens.tolist(), depths.tolist())]
 
 
 def _real_quotes(positions: np.ndarray, chars: np.ndarray) -> np.ndarray:

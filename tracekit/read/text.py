@@ -314,9 +314,12 @@ def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, boo
     from its first block, not read to HEADER_LIMIT first (a 64 MB one took 4 s)."""
     text = bytearray()  # appended to in place: `bytes +=` copied the whole text for each block
     searched = 0  # the keys are looked for from here: a key starting before it was seen whole
-    # only the first `nodes` key is looked at: an ET's comes after a few scalars, and other JSON may nest thousands
-    # (each looked at decodes the text before it: a 193 kB tree of 8000 took 3 minutes)
-    nodes_seen = False
+    # A key found is decoded with the text before it (`_header_keys`) only where it is a top-level key, as a scan
+    # of the brackets outside strings tells (JSON may nest thousands of keys of these names: a 175 kB file of 8000
+    # nested traceEvents keys took 97 s, one decode and one repair each), and once a name: a later top-level key of
+    # the same name has the same text before it, and more (a header that did not decode does not decode longer)
+    depths = jsontext.PrefixDepth()
+    looked: set[bytes] = set()
     try:
         for block in blocks:
             text += block
@@ -326,29 +329,31 @@ def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, boo
                 return {}, bytes(text[start + 1:]), False, len(text)
             if first not in (b"{", b""):
                 raise NotStreamable
-            # `search`, not `finditer`: a live scanner holds the buffer, and the text grows after the loop
-            at = searched
-            while match := HEADER_KEYS.search(text, at):
-                at = match.end()
-                if match.end() == len(text):  # the key's value has not arrived yet: looked at again with more text
-                    searched = match.start()
+            # keys taken 1, 2, 4, ... at a time: a Kineto trace's first is its traceEvents (the rest of the block is
+            # not searched), and a depth scan per key (numpy's cost per call) took 10 s for a 1.9 MB JSON tree of 80k
+            # nested `nodes` keys
+            at, count = searched, 1
+            while True:
+                keys, waiting = _keys_after(text, at, count)
+                for (key_start, key_end, name), depth in zip(keys, depths.string_depths(text, [k[0] for k in keys])):
+                    if depth != 1 or name in looked:
+                        continue
+                    looked.add(name)
+                    head = _header_keys(bytes(text[:key_start]))
+                    if head is None:  # the text before it does not decode
+                        continue
+                    if name == b"nodes":
+                        if "schema" in head:
+                            raise NotStreamable  # an Execution Trace
+                        continue
+                    if text[key_end:key_end + 1] != b"[":
+                        raise NotStreamable
+                    return head, bytes(text[key_end + 1:]), True, len(text)
+                if waiting is not None or len(keys) < count:
                     break
-                is_nodes = match.group(1) == b"nodes"
-                if is_nodes and nodes_seen:
-                    continue
-                nodes_seen |= is_nodes
-                head = _header_keys(bytes(text[:match.start()]))
-                if head is None:  # not a top-level key
-                    continue
-                if is_nodes:
-                    if "schema" in head:
-                        raise NotStreamable  # an Execution Trace
-                    continue
-                if text[match.end():match.end() + 1] != b"[":
-                    raise NotStreamable
-                return head, bytes(text[match.end() + 1:]), True, len(text)
-            else:
-                searched = max(searched, len(text) - HEADER_KEY_BYTES)  # a key cut at the text's end starts here
+                at, count = keys[-1][1], 2 * count
+            # a key cut at the text's end starts at or after len(text) - HEADER_KEY_BYTES
+            searched = waiting if waiting is not None else max(searched, len(text) - HEADER_KEY_BYTES)
             if len(text) > HEADER_LIMIT:  # not a Kineto header (an Execution Trace, say)
                 raise NotStreamable
     except StreamCut:
@@ -357,6 +362,19 @@ def _split_header(blocks: Iterator[bytes]) -> tuple[dict[str, bytes], bytes, boo
     if text.strip(JSON_SPACE) and jsontext.value_state(text) == "cut":
         raise NothingToSalvage(len(text), False)
     raise NotStreamable
+
+
+def _keys_after(text: bytearray, at: int, count: int) -> tuple[list[tuple[int, int, bytes]], int | None]:
+    """The next COUNT keys of HEADER_KEYS in TEXT from AT (start, end, name), up to one whose value has not arrived
+    yet, and where that one starts (None: none such). `search`, not `finditer`: a live scanner holds the buffer, and
+    the text grows after the search."""
+    keys = []
+    while len(keys) < count and (match := HEADER_KEYS.search(text, at)):
+        if match.end() == len(text):  # the key's value has not arrived yet: looked at again with more text
+            return keys, match.start()
+        keys.append((match.start(), match.end(), match.group(1)))
+        at = match.end()
+    return keys, None
 
 
 def _header_keys(head: bytes) -> dict[str, bytes] | None:
