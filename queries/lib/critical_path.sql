@@ -55,7 +55,7 @@
 -- and a recursive CTE moves every window's walk along that chain, one run per iteration (iterations = jumps on
 -- the path, not states). The runs are then expanded back into their states (cut at the window start, where the
 -- lane's time passes it), and the cursor at each state is the running minimum of the states' times.
--- The Euler order needs each CPU event's last descendant, found one tree level per iteration.
+-- The Euler order needs each CPU event's last descendant (the call trees, finished in numpy: below).
 
 -- In five macros: the events, the call trees, the states, the lanes (these four independent of the windows), the
 -- walk of each window (_critical_path_walk; critical_path_segments numbers and names its segments, and
@@ -112,68 +112,27 @@ create or replace macro _critical_path_events() as table
       and e.kind in ('cpu_op', 'user_annotation', 'python_function', 'runtime', 'driver', 'overhead',
                      'kernel', 'memcpy', 'memset');
 
--- _critical_path_calls(): the CPU events with their place in their thread's call tree (below)
+-- _critical_path_calls(): the CPU events with their place in their thread's call tree. The body selects each CPU event
+-- with its parent (nest edges) in pre-order: numbered across threads and ranks (rank, thread, then start, longest
+-- first, outer kind first: the order nest edges are built in). tracekit/engine/call_trees.py finishes it (pre: the
+-- pre-order number; prev_sibling, prev_sibling_end, next_sibling_pre: the event's siblings, the children of one parent
+-- or the top-level events of one thread, before and after it; last_pre: its last descendant's pre, itself for a
+-- leaf): its two window sorts and a recursive CTE of one iteration per tree level took 0.19-0.25 s of one core on
+-- OWLv2, on the walk's chain of statements (bench/RESULTS.md). The connection always computes it into a table.
 create or replace macro _critical_path_calls() as table
-    with recursive
+    with
     cp_events as not materialized (from _critical_path_events()),
     cp_parent as materialized (
         select n.rank, n.dst as id, n.src as parent
         from edges n
-        semi join cp_events p on p.rank = n.rank and p.id = n.src
+        semi join cp_events p on p.rank = n.rank and p.id = n.src and not p.on_gpu
         where n.kind = 'nest'
-    ),
-    -- CPU events with their pre-order index (the order nest edges are built in: start, longest first, outer kind
-    -- first), numbered across threads and ranks (rank, thread, then pre-order): one sort without partitions, which
-    -- DuckDB does in less time than one partitioned by thread; `siblings`: the children of one parent, or the
-    -- top-level events of one thread (a negative key from the thread's hash, where ids are never negative)
-    cp_pre as materialized (
-        select e.rank, e.id, e.lane, e.ts, e.end_ns, p.parent,
-               coalesce(p.parent, -1 - (e.lane >> 1)::bigint) as siblings,
-               row_number() over (order by e.rank, e.lane, e.ts, e.end_ns desc, e.cpu_kind_order, e.id) as pre
-        from cp_events e
-        left join cp_parent p on p.rank = e.rank and p.id = e.id
-        where not e.on_gpu
-    ),
-    -- each event's siblings before and after it, from one sort of them all (rank, siblings, pre) cut where the
-    -- siblings change
-    cp_cpu as materialized (
-        select rank, id, lane, ts, end_ns, parent, pre,
-               if(first_sibling, null, prev_id) as prev_sibling, if(first_sibling, null, prev_end) as prev_sibling_end,
-               if(last_sibling, null, next_pre) as next_sibling_pre
-        from (
-            select *, lag(id) over sibling_order as prev_id, lag(end_ns) over sibling_order as prev_end,
-                   lead(pre) over sibling_order as next_pre,
-                   lag(siblings) over sibling_order is distinct from siblings
-                       or lag(rank) over sibling_order is distinct from rank as first_sibling,
-                   lead(siblings) over sibling_order is distinct from siblings
-                       or lead(rank) over sibling_order is distinct from rank as last_sibling
-            from cp_pre
-            window sibling_order as (order by rank, siblings, pre)
-        )
-    ),
-    -- pre-order index of each CPU event's last descendant (itself for a leaf): the one before its next sibling's,
-    -- else its thread's last for a top-level event, else its parent's (one tree level per iteration, through the last
-    -- children alone: each parent's one)
-    cp_last_child_of as materialized (
-        select rank, parent, id from cp_cpu where next_sibling_pre is null and parent is not null
-    ),
-    cp_last_descendant(rank, id, last_pre) as (
-        select c.rank, c.id, coalesce(c.next_sibling_pre - 1, t.thread_last)
-        from cp_cpu c
-        join (select rank, lane, max(pre) as thread_last from cp_cpu group by rank, lane) t
-            on t.rank = c.rank and t.lane = c.lane
-        where c.next_sibling_pre is not null or c.parent is null
-        union all
-        select c.rank, c.id, d.last_pre
-        from cp_last_descendant d
-        join cp_last_child_of c on c.rank = d.rank and c.parent = d.id
     )
-    -- in thread order: the states made from them then reach the lanes' sort nearly sorted, which DuckDB sorts in
-    -- about half the time (MI300X resnet x4: 0.33 -> 0.23 s, more than this sort costs)
-    select c.*, d.last_pre
-    from cp_cpu c
-    join cp_last_descendant d on d.rank = c.rank and d.id = c.id
-    order by c.pre;
+    select e.rank, e.id, e.lane, e.ts, e.end_ns, p.parent
+    from cp_events e
+    left join cp_parent p on p.rank = e.rank and p.id = e.id
+    where not e.on_gpu
+    order by e.rank, e.lane, e.ts, e.end_ns desc, e.cpu_kind_order, e.id;
 
 -- _critical_path_states(): every state with its predecessor (below)
 create or replace macro _critical_path_states() as table

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from tracekit.engine import connection
+from tracekit.engine import call_trees, connection
 from tracekit.engine.tables import TraceTables
 
 if TYPE_CHECKING:
@@ -373,7 +373,7 @@ def define_macros(con: duckdb.DuckDBPyConnection, macros) -> None:
     for macro, definition in macro_definitions().items():
         if macro not in needed:
             continue
-        if macro in state.materialize:
+        if macro in state.materialize or macro in FINISHED_IN_NUMPY:
             materialize_macro(con, macro)
             continue
         with state.lock:
@@ -385,6 +385,7 @@ def define_macros(con: duckdb.DuckDBPyConnection, macros) -> None:
 def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Compute table macro NAME (`create or replace macro NAME() as table ...`) once into a table, and define the
     macro to read it. Its body is bound once, by the table's query: creating the macro first would bind it twice.
+    A macro of FINISHED_IN_NUMPY is its body's result, finished by its function.
     The table is computed outside the definitions' lock: other threads' queries run meanwhile (`shared_tables`)."""
     state = catalogued(con)
     if name in state.macros:
@@ -395,7 +396,14 @@ def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
     if head is None:
         raise ValueError(f"{name}: only a table macro without parameters can be materialized")
     define_macros(con, macro_calls(definition))
-    con.execute(f"create or replace table {name}_result as {definition[head.end():].strip().rstrip(';')}")
+    body = definition[head.end():].strip().rstrip(';')
+    finish = FINISHED_IN_NUMPY.get(name)
+    if finish is None:
+        con.execute(f"create or replace table {name}_result as {body}")
+    else:
+        con.register(f"{name}_finished", finish(con.sql(body).to_arrow_table()))
+        con.execute(f"create or replace table {name}_result as from {name}_finished")
+        con.unregister(f"{name}_finished")
     with state.lock:
         con.execute(f"create or replace macro {name}() as table from {name}_result")
         state.macros.add(name)
@@ -450,8 +458,11 @@ def included_macros(name: str) -> frozenset[str]:
 @cache
 def preludes() -> str:
     """The text of every lib file, in dependency order (what every connection once ran; kept for the
-    tracekit.analyses shim)."""
-    return "\n".join(load_query(name).sql for name in include_order(library()))
+    tracekit.analyses shim), but the files of the macros FINISHED_IN_NUMPY and those that include them: SQL alone
+    cannot define those (`define_macros` does)."""
+    finished = {macro_files()[macro] for macro in FINISHED_IN_NUMPY}
+    return "\n".join(load_query(name).sql for name in include_order(library())
+                     if not finished & set(include_order([name])))
 
 
 def analysis_inputs(name: str) -> list[str]:
@@ -499,6 +510,12 @@ SHARED_TABLE_MACROS = ("gpu_op_categories", "op_name_categories", "gpu_ops", "la
                        "steady_steps", "frames_only_threads", "step_or_trace_windows", "rank_devices",
                        "_critical_path_events", "_critical_path_calls", "_critical_path_lanes", "step_critical_paths",
                        "collective_kernels")
+
+
+# Table macros whose SQL body gives the inputs of a numpy function that computes the table (always materialized,
+# on any connection): the critical path's call trees, whose siblings and last descendants took two window sorts and
+# a recursive CTE of one iteration per tree level (tracekit/engine/call_trees.py).
+FINISHED_IN_NUMPY = {"_critical_path_calls": call_trees.finished_calls}
 
 
 def connect(tables: TraceTables, materialize: bool = False, threads: int | None = None, *,
