@@ -4,8 +4,8 @@ result Python computes (`catalog.FINISHED_IN_NUMPY`).
 `_critical_path_calls()` (queries/lib/critical_path.sql) selects each CPU event the walk goes through with its
 parent, in pre-order (its thread, then start, longest first, outer kind first). Each event's siblings before and
 after it and its last descendant took two window sorts and a recursive CTE with one iteration per tree level:
-0.19–0.25 s of one core on OWLv2, on the critical path's chain of statements, which is the report's and the
-timeline's longest; here one sort of the siblings and pointer jumping over the parents (bench/RESULTS.md).
+0.2–0.35 s of one core on OWLv2, on the critical path's chain of statements (the timeline's long pole); here one
+sort of the siblings and pointer jumping over the parents, 0.06 s (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def finished_calls(rows: pa.Table) -> pa.Table:
     index = np.arange(n)
     pre = index + 1
     parent = np.where(has_parent, _positions(rank, ids, parent_id), -1)
+    has_parent &= parent >= 0  # a parent among the rows (the body's join keeps only those)
     # siblings: one parent's children, or one thread's top-level events (rows of a thread are contiguous)
     new_lane = np.r_[True, (lane[1:] != lane[:-1]) | (rank[1:] != rank[:-1])] if n else np.zeros(0, bool)
     lane_no = np.cumsum(new_lane) - 1
