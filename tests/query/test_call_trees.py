@@ -85,11 +85,9 @@ def test_a_real_traces_call_trees_agree_with_reading_by_hand(loaded_trace):
     """The rows the SQL body selects from a real trace (Python frames with_stack, many threads), finished both ways;
     and the finished table is what the critical path's connection holds."""
     tables = loaded_trace("nvidia/h100_qwen1.5-0.5b.json.gz")
-    definition = catalog.macro_definitions()["_critical_path_calls"]
-    body = definition[definition.index(" as table") + len(" as table"):].strip().rstrip(";")
     with catalog.connect(tables, materialize=True) as con:
-        catalog.define_macros(con, catalog.macro_calls(definition))
-        rows = con.sql(body).to_arrow_table().to_pylist()
+        catalog.define_macros(con, catalog.macro_calls(catalog.macro_definitions()["_critical_path_calls"]))
+        rows = con.sql(catalog.table_macro_body("_critical_path_calls")).to_arrow_table().to_pylist()
         catalog.define_macros(con, {"_critical_path_calls"})
         held = con.sql("from _critical_path_calls()").to_arrow_table().to_pylist()
     assert len(rows) > 5000 and sum(r["parent"] is not None for r in rows) > 1000

@@ -30,9 +30,7 @@ def finished_calls(rows: pa.Table) -> pa.Table:
     Siblings are the children of one parent, or the top-level events of one thread. An event's last descendant is
     the one before the next sibling of its nearest ancestor-or-self that has one, else its thread's last event."""
     n = rows.num_rows
-    rank = _ints(rows, "rank")
-    ids, lane = _ints(rows, "id"), _ints(rows, "lane")
-    end = _ints(rows, "end_ns")
+    rank, ids, lane, end = (rows.column(c).to_numpy() for c in ("rank", "id", "lane", "end_ns"))
     has_parent = rows.column("parent").is_valid().to_numpy(zero_copy_only=False)
     parent_id = rows.column("parent").fill_null(0).to_numpy()
     index = np.arange(n)
@@ -66,10 +64,6 @@ def finished_calls(rows: pa.Table) -> pa.Table:
     return pa.table([rows.column(c).cast(SCHEMA.field(c).type) for c in INPUT_COLUMNS]
                     + [pa.array(pre), of(prev_sibling, ids), of(prev_sibling, end), of(next_sibling, pre),
                        pa.array(last_pre)], schema=SCHEMA)
-
-
-def _ints(rows: pa.Table, column: str) -> np.ndarray:
-    return rows.column(column).to_numpy()
 
 
 def _positions(rank: np.ndarray, ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -390,23 +390,30 @@ def materialize_macro(con: duckdb.DuckDBPyConnection, name: str) -> None:
     state = catalogued(con)
     if name in state.macros:
         return
-    definition = macro_definitions()[name]
-    head = re.match(rf"\s*create\s+or\s+replace\s+macro\s+{name}\s*\(\s*\)\s+as\s+table\b", definition,
-                    re.IGNORECASE)
-    if head is None:
-        raise ValueError(f"{name}: only a table macro without parameters can be materialized")
-    define_macros(con, macro_calls(definition))
-    body = definition[head.end():].strip().rstrip(';')
+    body = table_macro_body(name)
+    define_macros(con, macro_calls(macro_definitions()[name]))
     finish = FINISHED_IN_NUMPY.get(name)
     if finish is None:
         con.execute(f"create or replace table {name}_result as {body}")
     else:
         con.register(f"{name}_finished", finish(con.sql(body).to_arrow_table()))
-        con.execute(f"create or replace table {name}_result as from {name}_finished")
-        con.unregister(f"{name}_finished")
+        try:
+            con.execute(f"create or replace table {name}_result as from {name}_finished")
+        finally:
+            con.unregister(f"{name}_finished")
     with state.lock:
         con.execute(f"create or replace macro {name}() as table from {name}_result")
         state.macros.add(name)
+
+
+def table_macro_body(name: str) -> str:
+    """The query of table macro NAME without parameters (`create or replace macro NAME() as table QUERY`)."""
+    definition = macro_definitions()[name]
+    head = re.match(rf"\s*create\s+or\s+replace\s+macro\s+{name}\s*\(\s*\)\s+as\s+table\b", definition,
+                    re.IGNORECASE)
+    if head is None:
+        raise ValueError(f"{name}: only a table macro without parameters can be materialized")
+    return definition[head.end():].strip().rstrip(';')
 
 
 def shared_tables(con: duckdb.DuckDBPyConnection, macros) -> set[str]:
