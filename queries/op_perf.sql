@@ -36,7 +36,7 @@
 --   (vLLM's unified_attention: no context lengths in the shapes; flash_attn varlen: cu_seqlens values absent) and
 --   fused MoE ops (vllm::moe_forward: no expert weights, no top-k).
 with
-family_names as (  -- per distinct op name: regexes are cheaper on a few names than on every call
+family_names as materialized (  -- per distinct op name: regexes are cheaper on a few names than on every call
     select name,
         case
             when name in ('aten::_scaled_dot_product_flash_attention', 'aten::_scaled_dot_product_efficient_attention',

@@ -75,12 +75,19 @@ create or replace macro launch_ancestors() as table
       and (c.node_kind = 'cpu_op' or (c.ops_passed = 0 and c.node_kind in ('user_annotation', 'python_function')));
 
 create or replace macro launch_op_ancestors() as table
-    select c.rank, c.call_id, c.node as op_id, c.ops_passed = 1 as innermost,
-           c.ops_passed = max(c.ops_passed) over (partition by c.rank, c.call_id, o.name) as outermost_of_name,
-           c.gpu_ops, c.kernels, c.gpu_ns
-    from launch_ancestors() c
-    join events o on o.rank = c.rank and o.id = c.node
-    where c.node_kind = 'cpu_op';
+    with ops as (
+        select c.rank, c.call_id, c.node, c.ops_passed, c.gpu_ops, c.kernels, c.gpu_ns, o.name
+        from launch_ancestors() c
+        join events o on o.rank = c.rank and o.id = c.node
+        where c.node_kind = 'cpu_op'
+    )
+    -- the outermost of each name by a grouped maximum joined back: a window partitioned by (rank, call_id, name),
+    -- a few rows each, took 0.024 s of OWLv2's 17k rows against 0.008
+    select o.rank, o.call_id, o.node as op_id, o.ops_passed = 1 as innermost,
+           o.ops_passed = m.outermost as outermost_of_name, o.gpu_ops, o.kernels, o.gpu_ns
+    from ops o
+    join (select rank, call_id, name, max(ops_passed) as outermost from ops group by all) m
+        on m.rank = o.rank and m.call_id = o.call_id and m.name is not distinct from o.name;
 
 create or replace macro op_calls() as table
     with attributed as (
