@@ -30,10 +30,10 @@ with by_category as (
 ),
 -- the category of each distinct name, then joined to the calls: its regular expressions run once per name, not
 -- once per call
-cpu_ops as (
-    select rank, pid, tid, id, ts, ts + coalesce(dur, 0) as end_ns, name
-    from events
-    where kind = 'cpu_op' and ts is not null
+cpu_ops as (  -- op_calls(): the cpu_ops, already a table of their own (the events' scan was 0.008 s of OWLv2's)
+    select rank, pid, tid, id, ts, ts + dur as end_ns, name
+    from op_calls()
+    where ts is not null
 ),
 named as (  -- each distinct name's category, looked up (op_name_categories in lib/launches.sql)
     select categorized_name as name, name_category as category from op_name_categories()
