@@ -30,7 +30,7 @@ with by_category as (
 ),
 -- the category of each distinct name, then joined to the calls: its regular expressions run once per name, not
 -- once per call
-cpu_ops as (  -- op_calls(): the cpu_ops, already a table of their own (the events' scan was 0.008 s of OWLv2's)
+cpu_ops as (  -- the cpu_ops from op_calls(), a table by now (scanning the events for them took 0.008 s on OWLv2)
     select rank, pid, tid, id, ts, ts + dur as end_ns, name
     from op_calls()
     where ts is not null

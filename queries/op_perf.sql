@@ -36,7 +36,9 @@
 --   (vLLM's unified_attention: no context lengths in the shapes; flash_attn varlen: cu_seqlens values absent) and
 --   fused MoE ops (vllm::moe_forward: no expert weights, no top-k).
 with
-family_names as materialized (  -- per distinct op name: regexes are cheaper on a few names than on every call
+-- per distinct op name: regexes are cheaper on a few names than on every call (materialized: else the optimizer
+-- moves the CASE into a filter over every call, 0.02 s of OWLv2's 0.15)
+family_names as materialized (
     select name,
         case
             when name in ('aten::_scaled_dot_product_flash_attention', 'aten::_scaled_dot_product_efficient_attention',
