@@ -118,3 +118,18 @@ def test_every_event_is_in_one_step_at_most(case):
         got = db.sql("select rank, id, step from step_members()")
     assert got.height == got.unique(["rank", "id"]).height
     assert set(got.select(pl.col("rank").cast(pl.Int64), "id", "step").rows()) == set(members.rows())
+
+
+def test_step_members_of_a_rank_with_steps_beside_one_without():
+    """step_members() reads only the events of ranks that have steps (its as-of joins sorted every event of a
+    serving rank for nothing): with a training rank and a serving rank (no ProfilerStep) as ranks of one input,
+    the training rank's members are the oracle's and the serving rank has none."""
+    training = shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz")
+    serving = shared_trace("amd/mi300x_vllm_decode_graph_capture.json.gz")
+    tables = tracekit.load([training, serving], as_ranks=True)
+    events, edges = tables.polars("events"), tables.polars("edges")
+    expected = step_oracle.step_members(events, edges)
+    assert expected["rank"].n_unique() == 1 and expected.height > 0  # one rank has steps, the other none
+    got = tables.sql("select rank, id, step from step_members()")
+    assert set(zip(got["rank"].cast(pl.Int64), got["id"], got["step"])) == set(
+        zip(expected["rank"].cast(pl.Int64), expected["id"], expected["step"]))
