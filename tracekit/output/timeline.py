@@ -75,6 +75,7 @@ def metadata_event(kind: str, pid: int, value, tid: int | None = None) -> str:
 
 
 WRITE_ROWS = 50_000  # events formatted at a time
+SLICE_ORDER = ["process_order", "track_order", "track_key", "ts", "end_ns", "id"]  # end_ns descending
 
 
 def text(*parts: str | pl.Expr) -> pl.Expr:
@@ -92,6 +93,8 @@ def placed_slices(con, tables: TraceTables, step: int | None, critical_path: boo
             slices = pl.from_arrow(run_stage(shown, ["export/timeline_slices"])["timeline_slices"])
     if slices.is_empty():
         raise InputError("no events to show")
+    # each track's slices in time order, enclosing slices first (the sweep's order); the key ends in the unique id
+    slices = slices.sort(SLICE_ORDER, descending=[key == "end_ns" for key in SLICE_ORDER], nulls_last=True)
     # sub-tracks: one sweep per track, in the query's order
     lanes = []
     for _, group in slices.group_by(["process_order", "track_order", "track_key"], maintain_order=True):
