@@ -49,11 +49,19 @@ def sub_track_of(starts: list[int], ends: list[int], nests: bool) -> list[int]:
     """The sub-track of each slice of one track, STARTS and ENDS in (ts, end desc) order: the first sub-track where
     the slice starts after everything open has ended, or (where slices NEST, on CPU threads) fits inside the
     innermost open slice. The columns come as lists: iterating Polars series made the sweep of MI300X resnet x4's
-    197k slices 0.08 s instead of 0.036 s."""
-    open_ends: list[list[int]] = []  # each sub-track's open slices' ends, innermost last
+    197k slices 0.08 s instead of 0.036 s. Nearly every slice fits the first sub-track, tried before the loop over
+    the others (OWLv2's 158k slices: 0.08 -> 0.045 s)."""
+    first: list[int] = []  # the first sub-track's open slices' ends, innermost last
+    others: list[list[int]] = []  # the other sub-tracks' alike, in order
     placed = []
     for ts, end in zip(starts, ends):
-        for lane, stack in enumerate(open_ends):
+        while first and first[-1] <= ts:
+            first.pop()
+        if not first or (nests and end <= first[-1]):
+            first.append(end)
+            placed.append(0)
+            continue
+        for lane, stack in enumerate(others, 1):
             while stack and stack[-1] <= ts:
                 stack.pop()
             if not stack or (nests and end <= stack[-1]):
@@ -61,8 +69,8 @@ def sub_track_of(starts: list[int], ends: list[int], nests: bool) -> list[int]:
                 placed.append(lane)
                 break
         else:
-            open_ends.append([end])
-            placed.append(len(open_ends) - 1)
+            others.append([end])
+            placed.append(len(others))
     return placed
 
 
