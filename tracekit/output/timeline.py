@@ -103,7 +103,7 @@ def placed_slices(con, tables: TraceTables, step: int | None, critical_path: boo
         raise InputError("no events to show")
     # each track's slices in time order, enclosing slices first (the sweep's order); the key ends in the unique id
     slices = slices.sort(SLICE_ORDER, descending=[key == "end_ns" for key in SLICE_ORDER], nulls_last=True)
-    # sub-tracks: one sweep per track, in the query's order
+    # sub-tracks: one sweep per track, in that order
     lanes = []
     for _, group in slices.group_by(["process_order", "track_order", "track_key"], maintain_order=True):
         lanes += sub_track_of(group["ts"].to_list(), group["end_ns"].to_list(), group["nests"][0])
