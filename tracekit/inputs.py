@@ -114,9 +114,7 @@ def is_dataset(path: Location) -> bool:
     path = storage.location(path)
     if storage.is_url(path) and path_kind(path) != "dir":  # one look-up, and a bad URL is named as given
         return False
-    from tracekit.read.dataset import DATASET_MARKER
-
-    return path_kind(storage.join(path, DATASET_MARKER)) == "file"
+    return path_kind(storage.join(path, storage.DATASET_MARKER)) == "file"
 
 
 def path_kind(path: Location) -> str | None:

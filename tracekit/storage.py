@@ -19,6 +19,9 @@ Location = Union[Path, str]  # a local path, or a URL
 
 URL_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 GZIP_MAGIC = b"\x1f\x8b"  # a gzip file's first bytes
+# the file that makes a folder an ingested dataset (written last): here, so that telling one (`inputs.is_dataset`,
+# before any command reads a byte) loads no reader and no pyarrow
+DATASET_MARKER = "_tracekit.json"
 
 
 def is_url(loc: object) -> bool:

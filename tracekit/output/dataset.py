@@ -20,7 +20,7 @@ from tracekit.errors import InputError
 from tracekit.inputs import Inputs, is_dataset, path_kind
 from tracekit.pipeline import Progress, run_plan
 from tracekit.output.atomic import created_dir, replacing_dir
-from tracekit.read.dataset import DATASET_MARKER, NULL_PARTITION
+from tracekit.read.dataset import NULL_PARTITION
 from tracekit.storage import Location
 
 
@@ -108,7 +108,7 @@ def building_at_url(out_dir: str, force: bool) -> Iterator[str]:
             raise InputError(f"{out_dir}: not empty and not a tracekit dataset; refusing to overwrite it")
     try:
         if kind == "dir":
-            storage.remove(storage.join(out_dir, DATASET_MARKER))
+            storage.remove(storage.join(out_dir, storage.DATASET_MARKER))
             storage.remove_tree(out_dir)
         yield out_dir
     except BaseException:
@@ -141,7 +141,7 @@ def write_marker(building: Location, rows: dict[str, int], ranks: list[int]) -> 
     """The `_tracekit.json` marker, written last: readers take a folder without it for no dataset."""
     manifest = {"format": "tracekit", "schema_version": schema.SCHEMA_VERSION,
                 "schema_fingerprint": schema.fingerprint(), "tables": rows, "ranks": ranks}
-    storage.write_text(storage.join(building, DATASET_MARKER), json.dumps(manifest, indent=1))
+    storage.write_text(storage.join(building, storage.DATASET_MARKER), json.dumps(manifest, indent=1))
 
 
 def in_key_order(name: str, table: pa.Table) -> pa.Table:

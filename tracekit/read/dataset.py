@@ -14,13 +14,11 @@ from tracekit.engine.tables import TraceTables
 from tracekit.errors import InputError
 from tracekit.storage import Location
 
-DATASET_MARKER = "_tracekit.json"
-
 
 def check_dataset(path: Location) -> dict:
     """The dataset's _tracekit.json, checked: InputError when it is not ours or was written with another schema
     version than this tracekit's."""
-    marker = storage.join(path, DATASET_MARKER)
+    marker = storage.join(path, storage.DATASET_MARKER)
     try:
         manifest = json.loads(storage.read_text(marker))
     except OSError as exc:
@@ -85,7 +83,7 @@ def check_dataset_rows(path: Location, rows: dict[str, int], expected: dict) -> 
     """InputError when a table does not hold the rows the marker says it does, or the dataset has no events."""
     for name in TraceTables.names():
         if rows.get(name, 0) != expected.get(name, 0):
-            raise InputError(f"{storage.join(path, name)}: holds {rows.get(name, 0):,} rows but {DATASET_MARKER} says "
+            raise InputError(f"{storage.join(path, name)}: holds {rows.get(name, 0):,} rows but {storage.DATASET_MARKER} says "
                              f"{expected.get(name, 0)!r} (the dataset is incomplete or was altered)")
     if not (rows.get("events") or rows.get("instants") or rows.get("et_nodes")):
         raise InputError(f"{path}: the dataset holds no trace events")
