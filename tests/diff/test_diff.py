@@ -9,6 +9,7 @@ import statistics
 import numpy as np
 import openpyxl
 import polars as pl
+from polars.testing import assert_frame_equal
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
@@ -19,6 +20,7 @@ from tracekit import diff, synth
 from tracekit.cli import main
 from tracekit.diff import verdicts
 from tracekit.engine import catalog
+from tracekit.query import analyses
 from tracekit.executors import ProcessPool
 from tracekit.inputs import resolve_inputs
 
@@ -652,3 +654,18 @@ def test_samples_of_a_side_without_any():
 
     got = samples(pl.Series("cand_samples", [None, None], dtype=pl.List(pl.Null)))
     assert got.dtype == pl.List(pl.Float64) and got.to_list() == [[], []]
+
+
+@pytest.mark.parametrize("trace", [f"{WORKERS}/workers0.pt.trace.json.gz", "multirank/meta_trainer_128ranks_sampled",
+                                   "nvidia/a100_trainer_rank0of16_cudagraph.json.gz"])
+def test_a_sides_results_are_the_analyses_over_the_whole_trace(trace):
+    # A side's analyses run over the whole trace and every step's pseudo-rank in one database (all but the
+    # critical path's walk): the whole trace's rows must be what each analysis gives over the trace alone.
+    tables = tracekit.load(shared_trace(trace))
+    side = diff.summarize(tables, "a")
+    assert side.per_step, "the trace holds steps: the per-step run is what this checks"
+    alone = analyses.run_all(tables, list(side.results))
+    assert side.results.keys() == alone.keys()
+    assert side.results["op_summary"].height and side.results["steps"].height
+    for name, frame in side.results.items():
+        assert_frame_equal(frame, alone[name], check_exact=True)

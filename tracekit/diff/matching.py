@@ -67,33 +67,40 @@ def summarize_inputs(inputs: Inputs, label: str, executor=None, as_ranks: bool =
 def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS) -> SidePart:
     """What `summarize` computes, for the ranks of TABLES (a whole run, or the ranks of one of its files).
 
-    The analyses the verdicts also need per step run once, over the whole trace and every step together
-    (`step_scope.with_every_step`); the others over the whole trace alone."""
-    failures: dict[str, str] = {}
+    The analyses that walk the critical path run over the whole trace alone. The others run once over the whole
+    trace and every step together (`step_scope.with_every_step`), and the verdicts read the per-step results of those
+    with per-step measures."""
     names = totals_analyses(sections)
     stepwise = [n for n in per_step_analyses(sections) if n in names]
-    stepwise_failures: dict[str, str] = {}
-    # the per-step analyses run on their own connection beside the others: each run leaves a core idle while its
-    # last analyses end (V100 pair 3.92 -> 3.50 s, peak 412 -> 475 MB: both runs' tables live together;
-    # bench/RESULTS.md). An error or Ctrl-C here does not wait for them: the program ends without them.
+    # With steps, two runs side by side (each leaves a core idle while its last analyses end: V100 pair 3.92 ->
+    # 3.50 s, peak 412 -> 475 MB, both runs' tables living together). The walk goes on the whole trace's
+    # connection: over every step's pseudo-rank too it would cost twice (the diff's costliest analysis, one statement
+    # after another). Everything else goes beside, with the per-step analyses, whose shared tables (op calls, launch
+    # ancestors, GPU op owners) the whole trace's connection computed again for op_summary, steps and gpu_timeline:
+    # a side of the V100 pair 1.33 -> 1.11 s, 2.25 -> 1.89 CPU s; H100 Qwen 0.69 -> 0.59 s (bench/RESULTS.md).
+    # An error or Ctrl-C here does not wait for the run beside: the program ends without it.
+    walks = [n for n in names if catalog.walks_critical_path(n)]
+    failed: dict[str, str] = {}
+    failed_beside: dict[str, str] = {}
     pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-steps")
     try:
         with catalog.connect(tables, materialize=True) as con:
             with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise))
-            stepwise = [] if with_steps is None else stepwise
-            beside = pool.submit(whole_and_per_step, *with_steps, stepwise, stepwise_failures) if with_steps else None
-            results = analyses.run_all(tables, [n for n in names if n not in stepwise], failures, con=con,
-                                       free_shared=True)  # the last run on con
+            beside = (pool.submit(whole_and_per_step, *with_steps, [n for n in names if n not in walks], failed_beside)
+                      if with_steps else None)
+            here = names if beside is None else walks
+            done = analyses.run_all(tables, here, failed, con=con, free_shared=True) if here else {}  # con's last
         if beside is not None:
             whole, per_step = beside.result()
+            done |= whole
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    failures.update(stepwise_failures)
+    results = {n: done[n] for n in names if n in done}
+    failures = failed | failed_beside
     if with_steps is None:
         return SidePart(results, failures=failures, run_info=run_info(tables))
-    results = {n: results.get(n, whole.get(n)) for n in names if n in results or n in whole}
-    # per step only what has rows over the whole trace (no collectives: no per-step collectives)
-    per_step = rolled_up({n: f for n, f in per_step.items() if results[n].height}, sections)
+    # per step only what has per-step measures and rows over the whole trace (no per-step collectives)
+    per_step = rolled_up({n: f for n, f in per_step.items() if n in stepwise and results[n].height}, sections)
     return SidePart(results, per_step, step_rows(with_steps[1]), failures, run_info(tables))
 
 
