@@ -9,9 +9,9 @@ import statistics
 import numpy as np
 import openpyxl
 import polars as pl
-from polars.testing import assert_frame_equal
 import pytest
 from click.testing import CliRunner
+from polars.testing import assert_frame_equal
 from rich.console import Console
 
 import tracekit
@@ -20,9 +20,9 @@ from tracekit import diff, synth
 from tracekit.cli import main
 from tracekit.diff import verdicts
 from tracekit.engine import catalog
-from tracekit.query import analyses
 from tracekit.executors import ProcessPool
 from tracekit.inputs import resolve_inputs
+from tracekit.query import analyses
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hand-built sides: per-step op results, from which totals and steps are made as the analyses would.

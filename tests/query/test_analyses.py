@@ -415,3 +415,14 @@ def test_gemm_flops_equal_synth_truth(synthetic):
         for name, t in rank_truth["ops"].items():
             if t["gemm_flops"]:
                 assert mine[name] == pytest.approx(t["gemm_flops"], rel=1e-12), name
+
+
+def test_an_empty_list_of_analyses_runs_none(tmp_path, monkeypatch):
+    # None asks for every analysis; an empty list for none (the diff's runs can be given no analysis to run), and
+    # no connection is made for it
+    synth.generate(tmp_path, ranks=1, steps=2, seed=1)
+    tables = tracekit.load(tmp_path)
+    monkeypatch.setattr(analyses, "connect", lambda *a, **k: pytest.fail("connected for no analysis"))
+    assert analyses.run_all(tables, []) == {}
+    monkeypatch.undo()
+    assert set(analyses.run_all(tables, None, {})) == set(analyses.available())

@@ -88,8 +88,8 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
             with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise))
             beside = (pool.submit(whole_and_per_step, *with_steps, [n for n in names if n not in walks], failed_beside)
                       if with_steps else None)
-            here = names if beside is None else walks
-            done = analyses.run_all(tables, here, failed, con=con, free_shared=True) if here else {}  # con's last
+            done = analyses.run_all(tables, names if beside is None else walks, failed, con=con,
+                                    free_shared=True)  # the last run on con
         if beside is not None:
             whole, per_step = beside.result()
             done |= whole
@@ -108,7 +108,7 @@ def whole_and_per_step(tables: TraceTables, scopes: pl.DataFrame, names: list[st
                        ) -> tuple[dict[str, pl.DataFrame], dict[str, pl.DataFrame]]:
     """The analyses `names` over TABLES and their steps (`step_scope.with_every_step`), in one run: the whole
     trace's results, and the steps' each with a `step` column."""
-    done = analyses.run_all(tables, names, failures) if names else {}
+    done = analyses.run_all(tables, names, failures)
     in_step = pl.col("rank").is_in(scopes["scope_rank"].implode())
     return ({n: f.filter(~in_step) for n, f in done.items()},
             {n: step_scope.unscoped(f.filter(in_step), scopes) for n, f in done.items()})

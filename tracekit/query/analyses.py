@@ -137,7 +137,8 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
             con: duckdb.DuckDBPyConnection | None = None, free_shared: bool = False,
             arrivals: Arrivals | None = None) -> dict[str, pl.DataFrame]:
     """Several analyses over one database (tables registered, shared macros computed once, each result shared
-    with the analyses that read it), several at a time (`connection.query_workers`).
+    with the analyses that read it), several at a time (`connection.query_workers`): `names`, or every analysis
+    when None (none, and no connection made, for an empty list).
 
     With `failures`, missing or failing queries are reported there (in the order they would run) instead of
     raised; `progress(name)` is called after each requested analysis; `threads` as in `connect`, and at most that
@@ -148,12 +149,14 @@ def run_all(tables: TraceTables, names: list[str] | None = None, failures: dict[
     have run. `arrivals` is handed each requested analysis's result (or why it failed) as it ends, for a consumer in
     another thread (`Arrivals.wait_for`).
     """
+    if names is not None and not names:
+        return {}
     if con is None:
         with connect(tables, materialize=True, threads=threads) as fresh:
             return run_all(tables, names, failures, progress, threads, given, fresh, free_shared=True,
                            arrivals=arrivals)
     results: dict[str, pl.DataFrame] = dict(given or {})
-    wanted = names or available()
+    wanted = available() if names is None else names
     failed = dict(failures or {})
     order = steps_of(wanted, results, failed, failures is not None)
     steps = [step for step in order if step not in failed]

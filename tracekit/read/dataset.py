@@ -83,8 +83,9 @@ def check_dataset_rows(path: Location, rows: dict[str, int], expected: dict) -> 
     """InputError when a table does not hold the rows the marker says it does, or the dataset has no events."""
     for name in TraceTables.names():
         if rows.get(name, 0) != expected.get(name, 0):
-            raise InputError(f"{storage.join(path, name)}: holds {rows.get(name, 0):,} rows but {storage.DATASET_MARKER} says "
-                             f"{expected.get(name, 0)!r} (the dataset is incomplete or was altered)")
+            raise InputError(f"{storage.join(path, name)}: holds {rows.get(name, 0):,} rows but "
+                             f"{storage.DATASET_MARKER} says {expected.get(name, 0)!r} (the dataset is incomplete or "
+                             "was altered)")
     if not (rows.get("events") or rows.get("instants") or rows.get("et_nodes")):
         raise InputError(f"{path}: the dataset holds no trace events")
 
