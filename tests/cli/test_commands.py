@@ -33,3 +33,16 @@ def test_a_report_does_not_import_the_other_commands():
     loaded = json.loads(out.strip().splitlines()[-1])
     assert "tracekit.cli.traces" in loaded
     assert not {"tracekit.cli.compare", "tracekit.cli.replay", "tracekit.cli.export", "tracekit.replay"} & set(loaded)
+
+
+
+def test_python_dash_m_tracekit_is_the_command(tmp_path):
+    """`python -m tracekit` runs the CLI as the installed `tracekit` script does: its version, and a user error's one
+    line and exit code 2."""
+    ran = subprocess.run([sys.executable, "-m", "tracekit", "--version"], capture_output=True, text=True, cwd=REPO,
+                         check=False)
+    assert ran.returncode == 0 and ran.stdout.split()[-1] == tracekit.__version__, ran.stderr
+    missing = subprocess.run([sys.executable, "-m", "tracekit", "report", str(tmp_path / "absent.json"), "-o",
+                              str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO, check=False)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert "absent.json" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
