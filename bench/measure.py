@@ -84,16 +84,25 @@ def in_process(function, repeats: int) -> tuple[list[float], object]:
 
 @dataclass(frozen=True)
 class Summary:
-    """Medians of several runs of one command."""
+    """Medians of several runs of one command, and each run's wall seconds in the order they ran."""
     wall: float
     cpu: float
     peak_mb: float
     runs: int
+    walls: tuple[float, ...] = ()
 
     @staticmethod
     def of(runs: list[Run]) -> "Summary":
         return Summary(median(r.wall for r in runs), median(r.cpu for r in runs), median(r.peak_mb for r in runs),
-                       len(runs))
+                       len(runs), tuple(r.wall for r in runs))
+
+
+def rounds_where(numerator: Summary, denominator: Summary, target: float, at_least: bool = True) -> str:
+    """In how many alternating rounds numerator ÷ denominator (each round's walls) was at least TARGET (at most, with
+    AT_LEAST false), as "k/n": on a machine whose speed moves within minutes, how often a ratio holds says more than
+    the ratio of two medians."""
+    ratios = [n / d for n, d in zip(numerator.walls, denominator.walls)]
+    return f"{sum(r >= target if at_least else r <= target for r in ratios)}/{len(ratios)}"
 
 
 def alternate(commands: dict[str, tuple[list[str], Path]], repeat: int, ok_codes=(0, 3)) -> dict[str, Summary]:

@@ -1,0 +1,22 @@
+"""bench/measure.py's count of the alternating rounds in which a ratio target held: round by round, in run order."""
+
+from __future__ import annotations
+
+from bench.measure import Run, Summary, rounds_where
+
+
+def summary(*walls: float) -> Summary:
+    return Summary.of([Run(w, w, 1.0, 0, "") for w in walls])
+
+
+def test_rounds_pair_the_runs_of_one_round_not_the_medians():
+    tracelens, tracekit = summary(10.0, 16.0, 12.0), summary(2.0, 3.0, 2.5)
+    assert tracelens.wall / tracekit.wall < 5  # the ratio of the medians misses 5×...
+    assert rounds_where(tracelens, tracekit, 5) == "2/3"  # ...which two rounds of three made: 5.0× and 5.33×
+    assert rounds_where(summary(16.0, 10.0, 12.0), tracekit, 5) == "1/3"  # the same walls in another order
+
+
+def test_an_upper_target_counts_the_rounds_at_or_under_it():
+    ingest, orjson = summary(1.5, 2.0, 1.2), summary(1.0, 1.0, 1.0)
+    assert rounds_where(ingest, orjson, 1.5, at_least=False) == "2/3"
+    assert rounds_where(ingest, orjson, 1.5) == "2/3"  # at least 1.5×: 1.5 and 2.0
