@@ -136,8 +136,8 @@ class Bench:
             s = alternate(commands, self.args.repeat)
             i, o, f = s["ingest"], s["orjson"], s["imports"]
             row = [trace.name, f"{mb:.1f}", i.wall, o.wall, f"{i.wall / o.wall:.2f}×",
-                   rounds_where(i, o, 1.5, at_least=False), i.cpu, o.cpu,
-                   f"{i.cpu / o.cpu:.2f}×", f.cpu, f"{f.cpu / o.cpu:.2f}×", i.cpu - f.cpu,
+                   rounds_where(i, o, 1.5, at_least=False), i.cpu, o.cpu, f"{i.cpu / o.cpu:.2f}×", f.cpu,
+                   f"{f.cpu / o.cpu:.2f}×", i.cpu - f.cpu,
                    f"{(i.cpu - f.cpu) / o.cpu:.2f}×", f"{i.peak_mb:.0f}", f"{o.peak_mb:.0f}", f"{f.peak_mb:.0f}",
                    f"{i.peak_mb / mb:.1f}×"]
             if self.args.baseline:
@@ -145,8 +145,7 @@ class Bench:
             rows.append(row)
             print(".", end="", flush=True)
         header = ["trace", "JSON MB", "ingest s", "orjson s", "wall ratio", "rounds at ≤ 1.5×", "ingest CPU s",
-                  "orjson CPU s",
-                  "CPU ratio", "imports CPU s", "imports ÷ orjson", "ingest − imports CPU s",
+                  "orjson CPU s", "CPU ratio", "imports CPU s", "imports ÷ orjson", "ingest − imports CPU s",
                   "(ingest − imports) ÷ orjson", "ingest peak MB", "orjson peak MB", "imports peak MB",
                   "ingest peak ÷ JSON"]
         if self.args.baseline:
