@@ -8,9 +8,6 @@ import gzip
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 import zlib
 from contextlib import contextmanager
@@ -183,34 +180,6 @@ def test_a_stuck_helper_is_ended_and_its_chunks_read_here(tmp_path, monkeypatch)
             helped = read_trace(path, 1 << 14, one)
         assert not one.started[0].alive
     assert_same_parts(helped, alone)
-
-
-def test_a_helper_takes_its_next_chunk_while_its_answer_waits_in_the_pipe():
-    """A helper writes its answers in a thread of its own, so that it decodes the next chunk while the reader has not
-    yet taken the last answer from the pipe. Two chunks written, no answer read: the second is taken (its write
-    ends) although the first's tables fill the pipe; answered in the helper's loop, they blocked it there, and the
-    second write never ended."""
-    chunk = json.dumps(tricky_entries(3000)).encode()  # ~1 MB; its tables more than a pipe holds by default
-    package_root = str(Path(chunk_workers.__file__).resolve().parents[2])
-    process = subprocess.Popen([sys.executable, "-m", "tracekit.read.chunk_workers"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": package_root})
-    both_written = threading.Event()
-
-    def write_both() -> None:
-        for _ in range(2):
-            chunk_workers._write_frame(process.stdin, chunk)
-        both_written.set()
-
-    threading.Thread(target=write_both, daemon=True).start()
-    try:
-        assert both_written.wait(timeout=60)
-        for _ in range(2):
-            answer = chunk_workers._read_frame(process.stdout)
-            assert len(answer) > 1 << 16  # more than a default pipe holds
-            assert chunk_workers.decoded(answer).entry_count == 6000
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_helpers_start_once_the_files_of_a_read_add_up(tmp_path):

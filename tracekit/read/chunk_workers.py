@@ -4,12 +4,10 @@ Decoding a chunk (msgspec) and building its tables hold the GIL, so a thread can
 fresh interpreter (`python -m tracekit.read.chunk_workers`) that imports the reader alone (pyarrow, numpy, msgspec)
 and loops: a chunk's text in on stdin, its tables (`entry_tables`) out on stdout as Arrow IPC. The reader hands a
 helper a chunk while that helper has fewer than IN_FLIGHT, decodes the others itself, and takes the results back in
-chunk order; a helper still starting costs it nothing but the start. Both ends are pipelined: the reader writes a
-helper's chunks as they are given and reads its answers in a thread of their own, and the helper writes its answers
-in a thread while it decodes the next chunk, so that neither waits for the other's GIL (`Helper._feed`). Every
-chunk's tables are made with ids from 0 and shifted to their place (`EntryTables.shifted`), the same ids a reader
-alone gives. A chunk a helper could not turn into tables (an unusual chunk, a helper that died) is decoded again by
-the reader, which then raises, or falls back to the whole-file path, as it does without helpers.
+chunk order; a helper still starting costs it nothing but the start. Every chunk's tables are made with ids from 0
+and shifted to their place (`EntryTables.shifted`), the same ids a reader alone gives. A chunk a helper could not
+turn into tables (an unusual chunk, a helper that died) is decoded again by the reader, which then raises, or
+falls back to the whole-file path, as it does without helpers.
 
 A head start (`ChunkHelpers.head_start`): a command about to read a large local trace file starts the helpers
 before its own imports (~0.3 s on one core, the other idle), and the first of them reads the file on its own
@@ -46,9 +44,7 @@ from tracekit.machine import usable_cpus
 if TYPE_CHECKING:
     from tracekit.read.columns import EntryTables
 
-# chunks a helper holds at once: one it decodes, one in its pipe, one being written, so that it has the next at hand
-# while the reader decodes a chunk of its own (`Helper._feed`)
-IN_FLIGHT = 3
+IN_FLIGHT = 2  # chunks a helper holds at once: one it decodes, one waiting, so it never waits for the reader
 MAX_HELPERS = 3
 SIZE = struct.Struct("<Q")
 FAILED = b""  # a helper's reply for a chunk it could not turn into tables
@@ -165,7 +161,7 @@ class ChunkHelpers:
 
 
 class Helper:
-    """One helper process, the thread that writes it chunks and the thread that reads back their tables."""
+    """One helper process and the thread that feeds it chunks and reads back their tables, one at a time."""
 
     def __init__(self):
         package_root = str(Path(__file__).resolve().parents[2])  # this tracekit, whatever the working directory
@@ -173,17 +169,13 @@ class Helper:
                **os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         self.process = subprocess.Popen([sys.executable, "-m", "tracekit.read.chunk_workers"], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        for pipe in (self.process.stdin, self.process.stdout):
-            _widen(pipe)
+        _widen(self.process.stdout)
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.sent: queue.SimpleQueue = queue.SimpleQueue()  # what was written, in order, for the replies' thread
         self.given: deque[Future] = deque()  # chunks given, oldest first
         self.replies = 0  # chunks it has answered (none yet: it may still be starting)
         self.alive = True  # false once it has died
-        self.threads = [threading.Thread(target=work, daemon=True, name=f"tracekit-chunk-helper-{role}")
-                        for work, role in ((self._feed, "in"), (self._answers, "out"))]
-        for thread in self.threads:
-            thread.start()
+        self.thread = threading.Thread(target=self._feed, daemon=True, name="tracekit-chunk-helper")
+        self.thread.start()
 
     @property
     def held(self) -> int:
@@ -230,43 +222,26 @@ class Helper:
             self.stop()
 
     def _feed(self) -> None:
-        """Write each chunk given as it comes, without waiting for the answers before it (`_answers` reads them): the
-        helper has its next chunk at hand when it ends one, where an answer read first waited for this process's
-        GIL, held by the reader's own decoding (OWLv2 under perf: the helper idle about a third of the time once the
-        reader had joined it, ~15% with this thread, ~10% with IN_FLIGHT 3)."""
         while (job := self.jobs.get()) is not None:
             chunk, future = job
             if not future.set_running_or_notify_cancel():  # the reader made it itself meanwhile
                 continue
-            try:
-                if isinstance(chunk, queue.SimpleQueue):  # the end of a head start: its chunks into that queue
-                    if self.alive:
-                        _write_frame(self.process.stdin, STOP)
-                elif self.alive:
-                    _write_frame(self.process.stdin, chunk)
-            except (OSError, ValueError):  # the helper died (killed, out of memory): the reader decodes
-                self.alive = False
-            self.sent.put(job)
-        self.sent.put(None)
-
-    def _answers(self) -> None:
-        """Each written chunk's answer, in order (nothing for those it died before answering)."""
-        while (job := self.sent.get()) is not None:
-            chunk, future = job
             reply = None
             try:
-                if isinstance(chunk, queue.SimpleQueue):
+                if isinstance(chunk, queue.SimpleQueue):  # the end of a head start: its chunks into that queue
                     self._head_chunks(chunk)
                 elif self.alive:
+                    _write_frame(self.process.stdin, chunk)
                     reply = _read_frame(self.process.stdout)
                     self.replies += 1
-            except (OSError, ValueError, struct.error):
+            except (OSError, ValueError, struct.error):  # the helper died (killed, out of memory): the reader decodes
                 self.alive = False
             future.set_result(reply)
 
     def _head_chunks(self, made: queue.SimpleQueue) -> None:
         try:
             if self.alive:
+                _write_frame(self.process.stdin, STOP)
                 while (frame := _read_frame(self.process.stdout)) != HEAD_END:
                     if frame == HEAD_READY:
                         continue
@@ -286,8 +261,7 @@ class Helper:
         decodes (one the reader made itself) is not worth waiting for."""
         self.jobs.put(None)
         self.stop()
-        for thread in self.threads:
-            thread.join()
+        self.thread.join()
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout):
             try:
@@ -387,15 +361,9 @@ def chunk_tables(chunks: Iterator[bytes], tables: Callable[[bytes, int], EntryTa
             while pending and ready(pending[0][1]):
                 yield taken()
         # the last chunks: those a helper has not begun, or that wait on a helper still starting, are made here
-        # rather than waited for, and the later half of those a helper holds (it makes them in order: the reader
-        # makes the last while the helper makes the first, whose answer is then not waited for)
-        held: dict[Helper, list[int]] = {}
-        for i, (_, made) in enumerate(pending):
-            if not ready(made):
-                held.setdefault(made[0], []).append(i)
-        later = {i for rows in held.values() for i in rows[len(rows) - len(rows) // 2:]}
+        # rather than waited for
         for i, (chunk, made) in enumerate(pending):
-            if not ready(made) and (i in later or made[1].cancel() or not made[0].replies):
+            if not ready(made) and (made[1].cancel() or not made[0].replies):
                 pending[i] = (chunk, tables(chunk, 0))
         while pending:
             yield taken()
@@ -441,55 +409,42 @@ def decoded(reply: bytes | memoryview) -> EntryTables:
 
 def serve() -> None:
     """The helper's loop: a chunk in, its tables (or FAILED) out, until stdin ends; a head start first, if the
-    reader asks for one. The answers are written by a thread of their own, so that the next chunk is decoded while
-    the reader takes an answer (~1.5 MB: more than the pipe holds) from the pipe as its GIL lets it."""
+    reader asks for one."""
     from tracekit.read.columns import entry_tables
     from tracekit.read.entries import gc_paused
 
     source = os.fdopen(os.dup(0), "rb", buffering=0)  # unbuffered: select() on it sees what has come
     sink = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything a library prints goes to stderr, not into the replies
-    answers: queue.SimpleQueue = queue.SimpleQueue()
-    writer = threading.Thread(target=_write_answers, args=(answers, sink), daemon=True)
-    writer.start()
     try:
         with gc_paused():
             while True:
                 try:
                     chunk = _read_frame(source)
                 except OSError:  # stdin ended: the reader is done
-                    break
+                    return
                 if chunk.startswith(HEAD_START):
-                    _read_ahead(*json.loads(chunk[len(HEAD_START):]), source, answers.put)
+                    _read_ahead(*json.loads(chunk[len(HEAD_START):]), source, sink)
                     continue
                 try:
-                    answers.put(encoded(entry_tables("", chunk, 0)))
+                    reply = encoded(entry_tables("", chunk, 0))
                 except Exception:
-                    answers.put(FAILED)
-        answers.put(None)
-        writer.join()
+                    reply = FAILED
+                _write_frame(sink, reply)
     except (KeyboardInterrupt, BrokenPipeError):
         os._exit(1)
 
 
-def _write_answers(answers: queue.SimpleQueue, sink) -> None:
-    try:
-        while (frame := answers.get()) is not None:
-            _write_frame(sink, frame)
-    except OSError:  # the reader is gone
-        os._exit(1)
-
-
-def _read_ahead(path: str, chunk_bytes: int | None, most: int, source, send: Callable[[bytes], None]) -> None:
+def _read_ahead(path: str, chunk_bytes: int | None, most: int, source, sink) -> None:
     """A head start: PATH's chunks, cut as the reader cuts them, turned into tables in order until the reader says
     STOP (polled between chunks), MOST of them are made, or one cannot be (the reader meets it too, and says what
-    is wrong); then, after STOP, each chunk's tables and HEAD_END, SENT in order. Kept here until then: the reader,
-    busy importing, would take them from the pipe only as often as the GIL lets its thread run, and a helper
-    blocked on a full pipe reads no further."""
+    is wrong); then, after STOP, each chunk's tables and HEAD_END. Kept here until then: the reader, busy
+    importing, would take them from the pipe only as often as the GIL lets its thread run, and a helper blocked on
+    a full pipe reads no further."""
     from tracekit.read.columns import entry_tables
     from tracekit.read.text import CHUNK_BYTES, text_chunks
 
-    send(HEAD_READY)
+    _write_frame(sink, HEAD_READY)
     made = []
     try:
         for chunk in islice(text_chunks(Path(path), chunk_bytes or CHUNK_BYTES), most):
@@ -501,8 +456,8 @@ def _read_ahead(path: str, chunk_bytes: int | None, most: int, source, send: Cal
     while _read_frame(source) != STOP:
         pass
     for frame in made:
-        send(frame)
-    send(HEAD_END)
+        _write_frame(sink, frame)
+    _write_frame(sink, HEAD_END)
 
 
 if __name__ == "__main__":
