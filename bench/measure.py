@@ -84,17 +84,22 @@ def in_process(function, repeats: int) -> tuple[list[float], object]:
 
 @dataclass(frozen=True)
 class Summary:
-    """Medians of several runs of one command, and each run's wall seconds in the order they ran."""
+    """Medians of several runs of one command, and each run's wall and CPU seconds in the order they ran."""
     wall: float
     cpu: float
     peak_mb: float
     runs: int
     walls: tuple[float, ...] = ()
+    cpus: tuple[float, ...] = ()
 
     @staticmethod
     def of(runs: list[Run]) -> "Summary":
         return Summary(median(r.wall for r in runs), median(r.cpu for r in runs), median(r.peak_mb for r in runs),
-                       len(runs), tuple(r.wall for r in runs))
+                       len(runs), tuple(r.wall for r in runs), tuple(r.cpu for r in runs))
+
+    def cores_used(self) -> float:
+        """The median of its runs' CPU ÷ wall: how many cores a run kept busy on average."""
+        return median(c / w for c, w in zip(self.cpus, self.walls))
 
 
 def rounds_where(numerator: Summary, denominator: Summary, target: float, at_least: bool = True) -> str:
@@ -103,6 +108,17 @@ def rounds_where(numerator: Summary, denominator: Summary, target: float, at_lea
     the ratio of two medians."""
     ratios = [n / d for n, d in zip(numerator.walls, denominator.walls)]
     return f"{sum(r >= target if at_least else r <= target for r in ratios)}/{len(ratios)}"
+
+
+def cores_needed(numerator: Summary, denominator: Summary, target: float, cores: int) -> str:
+    """Each alternating round's cores DENOMINATOR would have had to keep busy, with the CPU it used, for numerator ÷
+    denominator (their walls) to reach TARGET: its CPU seconds ÷ (numerator's wall ÷ TARGET); their median and range,
+    and the rounds that needed more than the machine's CORES (there no packing of the work reaches TARGET: only less
+    CPU does). Beside `Summary.cores_used`, it tells a round lost to idle cores from one lost to CPU."""
+    needed = sorted(c / (n / target) for n, c in zip(numerator.walls, denominator.cpus))
+    over = sum(x > cores for x in needed)
+    return (f"{median(needed):.2f} ({needed[0]:.2f}–{needed[-1]:.2f})" if needed else "") + (
+        f", {over}/{len(needed)} over {cores}" if over else "")
 
 
 def alternate(commands: dict[str, tuple[list[str], Path]], repeat: int, ok_codes=(0, 3)) -> dict[str, Summary]:

@@ -54,6 +54,7 @@ from measure import (  # noqa: E402
     REPO,
     SHARED,
     alternate,
+    cores_needed,
     median,
     rounds_where,
     run_fresh,
@@ -200,7 +201,8 @@ class Bench:
                 tl = s["TraceLens"]
                 n = s["no critical path"]
                 row += [tl.wall, tl.cpu, f"{tl.peak_mb:.0f}", f"{tl.wall / t.wall:.2f}×", rounds_where(tl, t, 5),
-                        f"{tl.cpu / t.cpu:.2f}×", f"{tl.peak_mb / t.peak_mb:.2f}×", n.wall, f"{n.peak_mb:.0f}",
+                        t.cores_used(), cores_needed(tl, t, 5, os.cpu_count() or 1), f"{tl.cpu / t.cpu:.2f}×",
+                        f"{tl.peak_mb / t.peak_mb:.2f}×", n.wall, f"{n.peak_mb:.0f}",
                         f"{tl.wall / n.wall:.2f}×", rounds_where(tl, n, 5), f"{tl.peak_mb / n.peak_mb:.2f}×"]
             if self.args.baseline:
                 b = s["baseline"]
@@ -210,8 +212,9 @@ class Bench:
         header = ["trace", "JSON MB", "tracekit s", "tracekit CPU s", "tracekit peak MB"]
         if tracelens:
             header += ["TraceLens s", "TraceLens CPU s", "TraceLens peak MB", "speed-up (wall)", "rounds at 5×",
-                       "speed-up (CPU)", "leaner (peak)", "no critical path s", "no critical path peak MB",
-                       "its speed-up", "its rounds at 5×", "its leaner"]
+                       "cores used", "cores for 5× (rounds over the machine's)", "speed-up (CPU)", "leaner (peak)",
+                       "no critical path s", "no critical path peak MB", "its speed-up", "its rounds at 5×",
+                       "its leaner"]
         if self.args.baseline:
             header += ["baseline s", "baseline CPU s", "baseline peak MB"]
         print("\n" + table(header, rows))

@@ -1,8 +1,9 @@
-"""bench/measure.py's count of the alternating rounds in which a ratio target held: round by round, in run order."""
+"""bench/measure.py's count of the alternating rounds in which a ratio target held, and the cores each round needed
+for it: round by round, in run order."""
 
 from __future__ import annotations
 
-from bench.measure import Run, Summary, rounds_where
+from bench.measure import Run, Summary, cores_needed, rounds_where
 
 
 def summary(*walls: float) -> Summary:
@@ -20,3 +21,12 @@ def test_an_upper_target_counts_the_rounds_at_or_under_it():
     ingest, orjson = summary(1.5, 2.0, 1.2), summary(1.0, 1.0, 1.0)
     assert rounds_where(ingest, orjson, 1.5, at_least=False) == "2/3"
     assert rounds_where(ingest, orjson, 1.5) == "2/3"  # at least 1.5×: 1.5 and 2.0
+
+
+def test_the_cores_a_round_needs_come_from_its_own_runs():
+    tracelens = summary(10.0, 20.0, 15.0)  # 5×: 2.0, 4.0 and 3.0 s
+    tracekit = Summary.of([Run(wall, cpu, 1.0, 0, "") for wall, cpu in ((2.5, 5.0), (3.0, 5.0), (3.0, 4.5))])
+    assert tracekit.cores_used() == 5.0 / 3.0  # 2.0, 1.67, 1.5 cores kept busy
+    # with the CPU used, 5× needed 5.0/2.0, 5.0/4.0 and 4.5/3.0 cores: the first round more than 2, however packed
+    assert cores_needed(tracelens, tracekit, 5, cores=2) == "1.50 (1.25–2.50), 1/3 over 2"
+    assert cores_needed(tracelens, tracekit, 5, cores=4) == "1.50 (1.25–2.50)"
