@@ -35,7 +35,6 @@ def test_a_report_does_not_import_the_other_commands():
     assert not {"tracekit.cli.compare", "tracekit.cli.replay", "tracekit.cli.export", "tracekit.replay"} & set(loaded)
 
 
-
 def test_python_dash_m_tracekit_is_the_command(tmp_path):
     """`python -m tracekit` runs the CLI as the installed `tracekit` script does: its version, and a user error's one
     line and exit code 2."""
