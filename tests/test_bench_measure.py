@@ -18,9 +18,9 @@ def test_rounds_pair_the_runs_of_one_round_not_the_medians():
 
 
 def test_an_upper_target_counts_the_rounds_at_or_under_it():
-    ingest, orjson = summary(1.5, 2.0, 1.2), summary(1.0, 1.0, 1.0)
-    assert rounds_where(ingest, orjson, 1.5, at_least=False) == "2/3"
-    assert rounds_where(ingest, orjson, 1.5) == "2/3"  # at least 1.5×: 1.5 and 2.0
+    ingest, orjson = summary(1.5, 2.0, 1.2, 1.1), summary(1.0, 1.0, 1.0, 1.0)
+    assert rounds_where(ingest, orjson, 1.5, at_least=False) == "3/4"  # 1.5, 1.2 and 1.1: the bound counts
+    assert rounds_where(ingest, orjson, 1.5) == "2/4"  # at least 1.5×: 1.5 and 2.0
 
 
 def test_the_cores_a_round_needs_come_from_its_own_runs():
