@@ -17,6 +17,7 @@ from tests.conftest import shared_trace
 from tests.support.rank_test import exact_rank_test
 from tracekit import diff, synth
 from tracekit.cli import main
+from tracekit.diff.matching import summarize_ranks
 from tracekit.engine import catalog
 from tracekit.executors import ProcessPool
 from tracekit.inputs import resolve_inputs
@@ -601,6 +602,22 @@ def test_samples_of_a_side_without_any():
 
     got = samples(pl.Series("cand_samples", [None, None], dtype=pl.List(pl.Null)))
     assert got.dtype == pl.List(pl.Float64) and got.to_list() == [[], []]
+
+
+@pytest.mark.parametrize("trace", ["nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_bert-small.json.gz"])
+def test_a_run_of_one_step_a_rank_is_summarised_without_steps(trace):
+    # One ProfilerStep (TraceLens's traces): a run has no per-step results then, so none are computed; the results
+    # are each analysis over the trace alone. A part of a run (its other parts may hold ranks of several steps)
+    # still computes its step.
+    tables = tracekit.load(shared_trace(trace))
+    side = diff.summarize(tables, "a")
+    assert side.per_step == {} and side.steps.height == 0
+    alone = analyses.run_all(tables, list(side.results))
+    assert side.results.keys() == alone.keys() and side.results["steps"].height == 1
+    for name, frame in side.results.items():
+        assert_frame_equal(frame, alone[name], check_exact=True)
+    part = summarize_ranks(tables)
+    assert part.steps.height == 1 and part.per_step["op_summary"].height
 
 
 @pytest.mark.parametrize("trace", [f"{WORKERS}/workers0.pt.trace.json.gz", "multirank/meta_trainer_128ranks_sampled",

@@ -16,7 +16,8 @@ from tests.conftest import shared_trace
 from tests.support import step_oracle
 from tracekit import diff
 from tracekit.cli import main
-from tracekit.query import analyses
+from tracekit.engine import catalog
+from tracekit.query import analyses, step_scope
 
 CASES = [
     # legacy traces: ProfilerStep#N as a cpu_op
@@ -133,3 +134,21 @@ def test_step_members_of_a_rank_with_steps_beside_one_without():
     got = tables.sql("select rank, id, step from step_members()")
     assert set(zip(got["rank"].cast(pl.Int64), got["id"], got["step"])) == set(
         zip(expected["rank"].cast(pl.Int64), expected["id"], expected["step"]))
+
+
+
+@pytest.mark.parametrize("traces", [["nvidia/h100_qwen1.5-0.5b.json.gz", "nvidia/a100_triton_cuLaunchKernel.json.gz"],
+                                    [CASES[0][0]]], ids=["two ranks of one step", "one rank of several"])
+def test_every_step_is_scoped_only_where_a_rank_holds_min_steps(traces):
+    """with_every_step declines (None) unless some rank holds `min_steps` steps, and then scopes every step of
+    every rank (the oracle's windows). Two ranks of one step each with different step numbers (H100 Qwen's
+    ProfilerStep#6, the A100 Triton trace's #1) hold two step numbers in all but no rank of two."""
+    tables = tracekit.load([shared_trace(t) for t in traces], as_ranks=True)
+    windows = step_oracle.step_windows(tables.polars("events"), tables.polars("edges"))
+    most = windows.group_by("rank").len()["len"].max()
+    assert (most, windows["step"].n_unique()) == ((1, 2) if len(traces) == 2 else (windows.height, windows.height))
+    with catalog.connect(tables, materialize=True) as con:
+        scoped = step_scope.with_every_step(con, tables, rows=False, min_steps=most)
+        assert step_scope.with_every_step(con, tables, rows=False, min_steps=most + 1) is None
+    assert sorted(scoped[1].select(pl.col("rank").cast(pl.Int64), "step").rows()) == sorted(
+        windows.select(pl.col("rank").cast(pl.Int64), "step").rows())

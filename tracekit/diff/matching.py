@@ -53,23 +53,27 @@ def summarize(tables: TraceTables, label: str, sections: dict[str, Section] = SE
     An analysis that is missing from queries/ or fails leaves its sections empty and is named, with the reason, in
     `Side.failures` (the diff's notes) rather than stopping the diff.
     """
-    return combined_side(label, [summarize_ranks(tables, sections)])
+    return combined_side(label, [summarize_ranks(tables, sections, whole_run=True)])
 
 
 def summarize_inputs(inputs: Inputs, label: str, executor=None, as_ranks: bool = False,
                      progress: Progress | None = None, sections: dict[str, Section] = SECTIONS) -> Side:
     """`summarize` of one run's traces: the plan (`pipeline.run_plan`) on EXECUTOR, each task summarising its
-    ranks (`summarize_ranks`), joined here."""
-    return combined_side(label, run_plan(inputs, summarize_ranks, (sections,), executor, None, as_ranks,
+    ranks (`summarize_ranks`), joined here. In this process the plan is one task, the whole run."""
+    whole_run = executor is None or executor.in_process
+    return combined_side(label, run_plan(inputs, summarize_ranks, (sections, whole_run), executor, None, as_ranks,
                                          progress).results)
 
 
-def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS) -> SidePart:
+def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS, whole_run: bool = False
+                    ) -> SidePart:
     """What `summarize` computes, for the ranks of TABLES (a whole run, or the ranks of one of its files).
 
     The analyses that walk the critical path run over the whole trace alone. The others run once over the whole
     trace and every step together (`step_scope.with_every_step`), and the verdicts read the per-step results of those
-    with per-step measures."""
+    with per-step measures. Where TABLES are the `whole_run` and no rank holds 2 steps, nothing is computed per
+    step: a run has per-step results only then (`combined_side`; a part's ranks with one step each count where
+    another part's hold more)."""
     names = totals_analyses(sections)
     stepwise = [n for n in per_step_analyses(sections) if n in names]
     # With steps, two runs side by side (each leaves a core idle while its last analyses end: V100 pair 3.92 ->
@@ -85,7 +89,7 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
     pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-steps")
     try:
         with catalog.connect(tables, materialize=True) as con:
-            with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise))
+            with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise), min_steps=2 if whole_run else 1)
             beside = (pool.submit(whole_and_per_step, *with_steps, [n for n in names if n not in walks], failed_beside)
                       if with_steps else None)
             done = analyses.run_all(tables, names if beside is None else walks, failed, con=con,
