@@ -110,6 +110,13 @@ def rounds_where(numerator: Summary, denominator: Summary, target: float, at_lea
     return f"{sum(r >= target if at_least else r <= target for r in ratios)}/{len(ratios)}"
 
 
+def rounds_within(whole: Summary, parts: list[Summary], slack: float) -> str:
+    """In how many alternating rounds WHOLE's wall was at most the walls of PARTS in that round plus SLACK seconds
+    (a diff against its two loads + 1 s), as "k/n"."""
+    budgets = [sum(walls) + slack for walls in zip(*(part.walls for part in parts))]
+    return f"{sum(w <= b for w, b in zip(whole.walls, budgets))}/{len(budgets)}"
+
+
 def cores_needed(numerator: Summary, denominator: Summary, target: float, cores: int) -> str:
     """Each alternating round's cores DENOMINATOR would have had to keep busy, with the CPU it used, for numerator ÷
     denominator (their walls) to reach TARGET: its CPU seconds ÷ (numerator's wall ÷ TARGET); their median and range,

@@ -57,6 +57,7 @@ from measure import (  # noqa: E402
     cores_needed,
     median,
     rounds_where,
+    rounds_within,
     run_fresh,
     table,
     trace_path,
@@ -322,16 +323,17 @@ class Bench:
                                         self.args.baseline)
             s = alternate(commands, self.args.repeat)
             d, n, la, lb = s["diff"], s["no critical path"], s["load A"], s["load B"]
-            row = [f"{a.name} vs {b.name}", d.wall, la.wall + lb.wall, d.wall - la.wall - lb.wall, d.cpu,
-                   la.cpu + lb.cpu, d.cpu - la.cpu - lb.cpu, f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}",
-                   n.wall, n.wall - la.wall - lb.wall, f"{n.peak_mb:.0f}"]
+            row = [f"{a.name} vs {b.name}", d.wall, la.wall + lb.wall, d.wall - la.wall - lb.wall,
+                   rounds_within(d, [la, lb], 1.0), d.cpu, la.cpu + lb.cpu, d.cpu - la.cpu - lb.cpu,
+                   f"{d.peak_mb:.0f}", f"{max(la.peak_mb, lb.peak_mb):.0f}", n.wall, n.wall - la.wall - lb.wall,
+                   rounds_within(n, [la, lb], 1.0), f"{n.peak_mb:.0f}"]
             if self.args.baseline:
                 row += [s["baseline"].wall, s["baseline"].cpu, f"{s['baseline'].peak_mb:.0f}"]
             rows.append(row)
             print(".", end="", flush=True)
-        header = ["pair", "diff s", "load A + load B s", "diff − loads s", "diff CPU s", "loads CPU s",
-                  "diff − loads CPU s", "diff peak MB", "load peak MB (larger)", "no critical path s",
-                  "no critical path − loads s", "no critical path peak MB"]
+        header = ["pair", "diff s", "load A + load B s", "diff − loads s", "rounds at ≤ loads + 1 s", "diff CPU s",
+                  "loads CPU s", "diff − loads CPU s", "diff peak MB", "load peak MB (larger)", "no critical path s",
+                  "no critical path − loads s", "its rounds at ≤ loads + 1 s", "no critical path peak MB"]
         if self.args.baseline:
             header += ["baseline s", "baseline CPU s", "baseline peak MB"]
         print("\n" + table(header, rows))

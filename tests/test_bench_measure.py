@@ -1,9 +1,9 @@
-"""bench/measure.py's count of the alternating rounds in which a ratio target held, and the cores each round needed
-for it: round by round, in run order."""
+"""bench/measure.py's count of the alternating rounds in which a ratio target (or the diff's, loads + 1 s) held, and the
+cores each round needed for it: round by round, in run order."""
 
 from __future__ import annotations
 
-from bench.measure import Run, Summary, cores_needed, rounds_where
+from bench.measure import Run, Summary, cores_needed, rounds_where, rounds_within
 
 
 def summary(*walls: float) -> Summary:
@@ -30,3 +30,10 @@ def test_the_cores_a_round_needs_come_from_its_own_runs():
     # with the CPU used, 5× needed 5.0/2.0, 5.0/4.0 and 4.5/3.0 cores: the first round more than 2, however packed
     assert cores_needed(tracelens, tracekit, 5, cores=2) == "1.50 (1.25–2.50), 1/3 over 2"
     assert cores_needed(tracelens, tracekit, 5, cores=4) == "1.50 (1.25–2.50)"
+
+
+def test_the_diff_target_is_met_in_a_round_within_that_rounds_loads_plus_the_slack():
+    diff, load_a, load_b = summary(3.6, 2.9, 3.3), summary(1.3, 0.9, 1.0), summary(1.3, 1.0, 1.0)
+    assert diff.wall > load_a.wall + load_b.wall + 1.0  # the medians miss it (3.3 against 3.0)...
+    assert rounds_within(diff, [load_a, load_b], 1.0) == "2/3"  # ...which two rounds made: 3.6 <= 3.6, 2.9 <= 2.9
+    assert rounds_within(diff, [load_a, load_b], 0.5) == "0/3"
