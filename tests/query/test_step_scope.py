@@ -136,7 +136,6 @@ def test_step_members_of_a_rank_with_steps_beside_one_without():
         zip(expected["rank"].cast(pl.Int64), expected["id"], expected["step"]))
 
 
-
 @pytest.mark.parametrize("traces", [["nvidia/h100_qwen1.5-0.5b.json.gz", "nvidia/a100_triton_cuLaunchKernel.json.gz"],
                                     [CASES[0][0]]], ids=["two ranks of one step", "one rank of several"])
 def test_every_step_is_scoped_only_where_a_rank_holds_min_steps(traces):
