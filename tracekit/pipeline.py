@@ -306,6 +306,12 @@ class PlanDone:
     rows: dict[str, int]
 
 
+def one_task(executor=None) -> bool:
+    """Whether `run_plan` on EXECUTOR runs its job once, over every rank of the input (in this process: None or
+    InProcess); elsewhere each task holds some of the ranks."""
+    return executor is None or executor.in_process
+
+
 def run_plan(inputs: Inputs | Iterable[str | Path], job: Callable, args: tuple = (), executor=None, rank: int | None = None,
              as_ranks: bool = False, progress: Progress | None = None) -> PlanDone:
     """JOB(tables, *ARGS) on the ranks of INPUTS, as EXECUTOR runs tasks (in this process by default), with the

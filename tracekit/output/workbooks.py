@@ -43,7 +43,7 @@ from tracekit.output.xlsx import (
     shape_rows,
 )
 from tracekit.pipeline import Progress as ReadProgress
-from tracekit.pipeline import run_plan
+from tracekit.pipeline import one_task, run_plan
 from tracekit.query import analyses
 
 WORKBOOKS = ("rank", "ranks")  # reports/NAME.toml, in the order they are written
@@ -313,7 +313,7 @@ def report(inputs: Inputs, out_dir: Path, executor=None, force: bool = False, ra
     the workbooks written and the problems."""
     out_dir = Path(out_dir)
     check_out_dir(out_dir, force, inputs=inputs.given)
-    in_process = executor is None or executor.in_process  # then one task holds every rank (pipeline.run_plan)
+    in_process = one_task(executor)
     with staged_workbooks(out_dir) as staging:
         done = run_plan(inputs, report_job,
                         (per_rank_report_queries(extra, critical_path), staging, peaks, in_process, extra,
