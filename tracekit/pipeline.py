@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,21 +148,24 @@ def read_group(files: list, rank: int | None = None, assigned: list[tuple[int, s
         if progress:
             progress(path, storage.size(path))
 
-    for i, (path, trace) in enumerate(zip(files, read_traces(files, workers, helpers))):
-        if isinstance(trace, InputError):
-            unread.append((path, str(trace)))
-            outcomes[i] = FileOutcome(path, UNREADABLE, str(trace))
-            continue
-        if trace.is_execution_trace:
-            found.append(path)
-            outcomes[i] = FileOutcome(path, EXECUTION_TRACE)
-            continue
-        r, source = assigned[i] if assigned else file_rank(path, trace, rank)
-        if r is None:
-            unranked.append((i, path, trace))
-            continue
-        add(i, path, rank_tables(trace, r, source))
-        del trace
+    # closed here, also on an error: left to the garbage collector, the read's helpers and threads end wherever it
+    # runs (joining a thread there can deadlock: tracekit/read/text.py's read_ahead)
+    with closing(read_traces(files, workers, helpers)) as traces:
+        for i, (path, trace) in enumerate(zip(files, traces)):
+            if isinstance(trace, InputError):
+                unread.append((path, str(trace)))
+                outcomes[i] = FileOutcome(path, UNREADABLE, str(trace))
+                continue
+            if trace.is_execution_trace:
+                found.append(path)
+                outcomes[i] = FileOutcome(path, EXECUTION_TRACE)
+                continue
+            r, source = assigned[i] if assigned else file_rank(path, trace, rank)
+            if r is None:
+                unranked.append((i, path, trace))
+                continue
+            add(i, path, rank_tables(trace, r, source))
+            del trace
     if whole and unread and not parts and not unranked and not found:
         raise InputError(unread[0][1])
     if whole:

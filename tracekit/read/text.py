@@ -184,12 +184,19 @@ def text_chunks(path: Location, chunk_bytes: int) -> Generator[bytes, None, tupl
 
 def read_ahead(blocks: Iterator[bytes]) -> Iterator[bytes]:
     """The same blocks, the next one read in a thread meanwhile: gunzip releases the GIL, so it overlaps decoding.
-    An exception the blocks raise is raised here, in turn."""
-    with ThreadPoolExecutor(1) as reader:
+    An exception the blocks raise is raised here, in turn.
+
+    Left unfinished (a bad file), this generator ends without waiting for its thread, which ends by itself after the
+    block it is reading: the garbage collector may close it in any thread, even one inside the threading module's
+    own lock, where joining a thread deadlocks (a CI run hung there)."""
+    reader = ThreadPoolExecutor(1, thread_name_prefix="tracekit-gunzip")
+    try:
         block = reader.submit(next, blocks, None)
         while (ready := block.result()) is not None:
             block = reader.submit(next, blocks, None)
             yield ready
+    finally:
+        reader.shutdown(wait=False, cancel_futures=True)
 
 
 def _gunzip(fh, data: bytes, block_bytes: int) -> Iterator[bytes]:
