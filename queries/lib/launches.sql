@@ -47,8 +47,12 @@ create or replace macro gpu_ops() as table
 
 create or replace macro launch_ancestors() as table
     with recursive
+    -- the parent's kind as a one-byte code (1 cpu_op, 2 user_annotation, 3 python_function, 0 any other) through the
+    -- recursion's rows (OWLv2: 288k rows in 34 iterations), its text only on the rows kept: 57 -> 44 ms of one thread
     nest_up as materialized (
-        select n.rank, n.dst as child, n.src as parent, p.kind as parent_kind
+        select n.rank, n.dst as child, n.src as parent,
+               case p.kind when 'cpu_op' then 1 when 'user_annotation' then 2 when 'python_function' then 3
+                           else 0 end::utinyint as parent_kind
         from edges n left join events p on p.rank = n.rank and p.id = n.src
         where n.kind = 'nest'
     ),
@@ -62,17 +66,17 @@ create or replace macro launch_ancestors() as table
         group by g.rank, g.call_id
     ),
     climb(rank, call_id, node, node_kind, depth, ops_passed) as (
-        select rank, call_id, call_id, null::varchar, 0, 0 from calls
+        select rank, call_id, call_id, 0::utinyint, 0, 0 from calls
         union all
-        select c.rank, c.call_id, u.parent, u.parent_kind, c.depth + 1,
-               c.ops_passed + (u.parent_kind is not distinct from 'cpu_op')::int
+        select c.rank, c.call_id, u.parent, u.parent_kind, c.depth + 1, c.ops_passed + (u.parent_kind = 1)::int
         from climb c join nest_up u on u.rank = c.rank and u.child = c.node
     )
-    select c.rank, c.call_id, c.node, c.node_kind, c.depth, c.ops_passed, k.gpu_ops, k.kernels, k.gpu_ns
+    select c.rank, c.call_id, c.node,
+           case c.node_kind when 1 then 'cpu_op' when 2 then 'user_annotation' else 'python_function' end as node_kind,
+           c.depth, c.ops_passed, k.gpu_ops, k.kernels, k.gpu_ns
     from climb c
     join calls k on k.rank = c.rank and k.call_id = c.call_id
-    where c.depth > 0
-      and (c.node_kind = 'cpu_op' or (c.ops_passed = 0 and c.node_kind in ('user_annotation', 'python_function')));
+    where c.depth > 0 and (c.node_kind = 1 or (c.ops_passed = 0 and c.node_kind in (2, 3)));
 
 create or replace macro launch_op_ancestors() as table
     with ops as (
