@@ -39,8 +39,11 @@ def dask_client(scheduler: str) -> Iterator:
         with warnings.catch_warnings():
             # the scheduler's HTTP server moves to a free port when 8787 is taken, and says so: not the user's concern
             warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+            # Dask's own logs not even at ERROR: a worker whose heartbeat meets the scheduler already stopping
+            # logs a traceback after a successful run (CI, on a loaded machine); what goes wrong in a run reaches the
+            # command as a task's error or a lost file (DaskExecutor.map)
             cluster = LocalCluster(n_workers=int(local.group(1)), threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.ERROR)
+                                   dashboard_address=None, silence_logs=logging.CRITICAL)
         with cluster, Client(cluster) as client:
             yield client
         return
