@@ -27,7 +27,7 @@ from tracekit.errors import InputError
 from tracekit.read import jsontext
 from tracekit.storage import GZIP_MAGIC, Location
 
-# The gzip inflater: zlib-ng's gives zlib's bytes, errors and cut-stream ends (tests/read/test_inflating.py) in 35-40%
+# The gzip inflater: zlib-ng's gives zlib's bytes, errors and cut-stream ends (tests/read/test_inflating.py) in 34-43%
 # of its time (OWLv2's 52 MB: 87 -> 37 ms; bench/RESULTS.md); the standard library's where it is not installed (PyPy)
 try:
     from zlib_ng import zlib_ng as inflating
