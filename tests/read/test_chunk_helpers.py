@@ -249,7 +249,7 @@ def test_a_head_start_gives_the_tables_of_the_reader_alone(relative):
     path = shared_trace(relative)
     chunk_bytes = max(len(read_bytes(path)) // 40, 1 << 12)
     alone = read_trace(path, chunk_bytes)
-    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([str(path)], chunk_bytes)) as helpers:
+    with begun(ChunkHelpers(1, head_start_bytes=0).head_start([str(path)], chunk_bytes)) as helpers:
         ahead, taken = read_ahead_of(path, chunk_bytes, helpers)
     assert taken > 0  # chunks the helper made before the reader came, taken
     assert_same_parts(ahead, alone)
@@ -260,7 +260,7 @@ def test_a_head_start_keeps_at_most_head_chunks(tmp_path, monkeypatch):
     the rest as without a head start."""
     path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
     monkeypatch.setattr(chunk_workers, "HEAD_CHUNKS", 3)
-    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14), 1.0) as helpers:
+    with begun(ChunkHelpers(1, head_start_bytes=0).head_start([path], 1 << 14), 1.0) as helpers:
         ahead, taken = read_ahead_of(path, 1 << 14, helpers)
     assert taken == 3
     assert_same_parts(ahead, read_trace(path, 1 << 14))
@@ -269,7 +269,7 @@ def test_a_head_start_keeps_at_most_head_chunks(tmp_path, monkeypatch):
 def test_a_cut_file_read_ahead_keeps_what_precedes_the_cut(tmp_path):
     path = write_trace(tmp_path / "cut.json.gz", tricky_entries(3000), cut=0.6)
     alone = read_trace(path, 1 << 14)
-    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14)) as helpers:
+    with begun(ChunkHelpers(1, head_start_bytes=0).head_start([path], 1 << 14)) as helpers:
         ahead, taken = read_ahead_of(path, 1 << 14, helpers)
     assert taken > 0
     assert "truncated" in ahead.entries.notes.column("reason").to_pylist()
@@ -278,7 +278,7 @@ def test_a_cut_file_read_ahead_keeps_what_precedes_the_cut(tmp_path):
 
 def test_a_file_changed_after_its_head_start_is_read_as_it_now_is(tmp_path):
     path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
-    with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14)) as helpers:
+    with begun(ChunkHelpers(1, head_start_bytes=0).head_start([path], 1 << 14)) as helpers:
         write_trace(path, tricky_entries(2500))  # another trace in its place
         now, taken = read_ahead_of(path, 1 << 14, helpers)
     assert taken == 0
@@ -313,7 +313,7 @@ def test_a_head_start_of_what_is_no_kineto_trace_leaves_the_reader_its_answer(tm
     execution_trace = shared_trace("et_pairs/rtx2080ti_linear/et.json.gz")
     after = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
     for path in (not_json, execution_trace):
-        with begun(ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14), 0.2) as helpers:
+        with begun(ChunkHelpers(1, head_start_bytes=0).head_start([path], 1 << 14), 0.2) as helpers:
             try:
                 alone = read_trace(path, 1 << 14)
             except InputError as error:
@@ -332,7 +332,7 @@ def test_a_head_start_the_reader_reaches_first_is_not_waited_for(tmp_path):
     """A read that comes before the helper has begun (a caller with its imports done) takes nothing from it, and
     shares the file's chunks with it as without a head start."""
     path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
-    with ChunkHelpers(1, min_text_bytes=0).head_start([path], 1 << 14) as helpers:
+    with ChunkHelpers(1, head_start_bytes=0).head_start([path], 1 << 14) as helpers:
         assert not helpers.started[0].has_begun()  # a fresh interpreter: ~0.1 s before it reads a byte
         ahead, taken = read_ahead_of(path, 1 << 14, helpers)
         assert taken == 0
@@ -346,12 +346,28 @@ def test_a_head_start_needs_a_large_local_file(tmp_path):
     small = write_trace(tmp_path / "small.json.gz", tricky_entries(100))
     with ChunkHelpers(1).head_start([str(small), str(tmp_path)]) as helpers:
         assert helpers.started == [] and helpers.ahead is None
-    with ChunkHelpers(1, min_text_bytes=0).head_start([str(tmp_path), "s3://bucket/t.json"]) as helpers:
+    with ChunkHelpers(1, head_start_bytes=0).head_start([str(tmp_path), "s3://bucket/t.json"]) as helpers:
         assert helpers.started == [] and helpers.ahead is None  # a folder, a URL: nothing to read ahead
 
 
-def test_the_report_command_reads_its_trace_ahead_and_writes_the_same_workbook(tmp_path):
-    """`tracekit report` of a trace over HELPER_TEXT_BYTES of JSON (35 MB) starts its helper before its imports, and
+def test_a_head_start_has_a_size_of_its_own(tmp_path):
+    """A head start begins from `head_start_bytes` of JSON, whatever a read needs before it starts helpers
+    (`min_text_bytes`): the helper a head start begins starts while a core is idle (the command's imports)."""
+    path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000))
+    size = chunk_workers.text_bytes(path)
+    with ChunkHelpers(1, min_text_bytes=size + 1, head_start_bytes=size).head_start([path], 1 << 14) as helpers:
+        assert len(helpers.started) == 1 and helpers.ahead is not None
+    with ChunkHelpers(1, min_text_bytes=0, head_start_bytes=size + 1).head_start([path], 1 << 14) as helpers:
+        assert helpers.started == [] and helpers.ahead is None
+
+
+@pytest.mark.parametrize("relative, above_helper_bytes", [
+    ("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz", True),  # 35 MB of JSON
+    ("nvidia/a100_trainer_rank0of16_cudagraph.json.gz", False),  # 24.6 MB: a head start, no helper mid-read
+])
+def test_the_report_command_reads_its_trace_ahead_and_writes_the_same_workbook(tmp_path, relative,
+                                                                               above_helper_bytes):
+    """`tracekit report` of a trace over HEAD_START_TEXT_BYTES of JSON starts its helper before its imports, and
     its read takes what the helper made: the same workbook as the API's report, which reads without. In this process
     the imports are done, so the read waits for the helper to begin (in a command it has, by then)."""
     from click.testing import CliRunner
@@ -360,8 +376,10 @@ def test_the_report_command_reads_its_trace_ahead_and_writes_the_same_workbook(t
     from tracekit.inputs import resolve_inputs
     from tracekit.output.workbooks import report
 
-    path = shared_trace("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz")
-    assert chunk_workers.text_bytes(path) >= chunk_workers.HELPER_TEXT_BYTES
+    path = shared_trace(relative)
+    size = chunk_workers.text_bytes(path)
+    assert size >= chunk_workers.HEAD_START_TEXT_BYTES
+    assert (size >= chunk_workers.HELPER_TEXT_BYTES) == above_helper_bytes
     taken = []
     made_ahead = ChunkHelpers.made_ahead
 

@@ -9,13 +9,13 @@ and shifted to their place (`EntryTables.shifted`), the same ids a reader alone 
 turn into tables (an unusual chunk, a helper that died) is decoded again by the reader, which then raises, or
 falls back to the whole-file path, as it does without helpers.
 
-A head start (`ChunkHelpers.head_start`): a command about to read a large local trace file starts the helpers
-before its own imports (~0.3 s on one core, the other idle), and the first of them reads the file on its own
-meanwhile: it gunzips it, cuts it into the chunks the reader will cut (`text.trace_event_chunks`, the same
-function on the same bytes) and turns them into tables in order, until the reader reaches the file and stops it.
-The reader then takes those chunks' tables, each checked against the chunk it cut itself (length and CRC-32: a
-file changed in between is read by the reader alone from there), and shares the rest as above. This module imports
-nothing heavy at the top, so that a command can start the helpers first.
+A head start (`ChunkHelpers.head_start`): a command about to read a local trace file of HEAD_START_TEXT_BYTES of
+JSON or more starts the helpers before its own imports (~0.3 s on one core, the other idle), and the first of them
+reads the file on its own meanwhile: it gunzips it, cuts it into the chunks the reader will cut
+(`text.trace_event_chunks`, the same function on the same bytes) and turns them into tables in order, until the
+reader reaches the file and stops it. The reader then takes those chunks' tables, each checked against the chunk it
+cut itself (length and CRC-32: a file changed in between is read by the reader alone from there), and shares the
+rest as above. This module imports nothing heavy at the top, so that a command can start the helpers first.
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ HEAD_READY, HEAD_CHUNK, HEAD_END = b"r", struct.Struct("<cQI"), b"e"
 HEAD_CHUNKS = 64
 PIPE_BYTES = 1 << 20  # a helper's replies' pipe (Linux's default limit for a process without privileges)
 HELPER_TEXT_BYTES = 32 << 20  # less JSON is read in little more than the time a helper takes to start
+# A head start's helper starts while the command imports (~0.45 s, a core idle): it pays for its start on smaller
+# files than a helper started mid-read. A100 trainer trace, 24.6 MB: ingest 1.07 -> 0.99 s, report 1.96 -> 1.81 s,
+# timeline 1.64 -> 1.44 s, each +0.3-0.4 CPU s; 16 MB ones gained within the noise (bench/RESULTS.md)
+HEAD_START_TEXT_BYTES = 16 << 20
 ANSWER_SECONDS = 120  # a helper that takes longer for a chunk (~0.05 s) is stuck: the reader makes it, and ends it
 
 
@@ -88,19 +92,21 @@ def file_identity(path) -> tuple | None:
 
 
 class ChunkHelpers:
-    """The helpers of one read of several files: started once the read's files reach HELPER_TEXT_BYTES of JSON
-    (counting the file about to be read: one large file, or the ranks of a run), or at once for a head start,
-    used for every file after that, ended with the block (a later block starts them again). By default one per CPU
-    beyond the reader's own, at most MAX_HELPERS; none on one CPU, and none in a process multiprocessing started (a
-    `--jobs` or Dask worker: its siblings have the other CPUs)."""
+    """The helpers of one read of several files: started once the read's files reach `min_text_bytes` of JSON
+    (counting the file about to be read: one large file, or the ranks of a run), or at once for a head start on a
+    file of `head_start_bytes`, used for every file after that, ended with the block (a later block starts them
+    again). By default one per CPU beyond the reader's own, at most MAX_HELPERS; none on one CPU, and none in a
+    process multiprocessing started (a `--jobs` or Dask worker: its siblings have the other CPUs)."""
 
-    def __init__(self, count: int | None = None, min_text_bytes: int = HELPER_TEXT_BYTES):
+    def __init__(self, count: int | None = None, min_text_bytes: int = HELPER_TEXT_BYTES,
+                 head_start_bytes: int = HEAD_START_TEXT_BYTES):
         if count is None:
             import multiprocessing
 
             count = max(0, min(usable_cpus() - 1, MAX_HELPERS)) if multiprocessing.parent_process() is None else 0
         self.count = count
         self.min_text_bytes = min_text_bytes
+        self.head_start_bytes = head_start_bytes
         self.seen = 0  # bytes of JSON of the files given so far, until the helpers start
         self.started: list[Helper] = []
         self.ahead: tuple[tuple, int | None, Helper] | None = None  # a head start: (file, chunk bytes, helper)
@@ -115,15 +121,15 @@ class ChunkHelpers:
 
     def head_start(self, paths: Iterable, chunk_bytes: int | None = None) -> ChunkHelpers:
         """Start the helpers now, the first reading on its own the first of PATHS (what a command was given) that
-        is a local file of at least `min_text_bytes` of JSON, in chunks of CHUNK_BYTES (None: the reader's default,
+        is a local file of at least `head_start_bytes` of JSON, in chunks of CHUNK_BYTES (None: the reader's default,
         text.CHUNK_BYTES, which is not imported here), until the reader reaches it (`made_ahead`). Only where
         select() can poll a pipe (POSIX); nothing when no path qualifies."""
         if not self.count or self.started or os.name != "posix":
             return self
         path, identity = next(((p, i) for p in paths if (i := file_identity(p)) is not None), (None, None))
-        if path is None or text_bytes(path) < self.min_text_bytes:
+        if path is None or text_bytes(path) < self.head_start_bytes:
             return self
-        helpers = self.for_file(path)
+        helpers = self.start()
         if helpers and helpers[0].start_head(path, chunk_bytes):
             self.ahead = (identity, chunk_bytes, helpers[0])
         return self
@@ -152,11 +158,15 @@ class ChunkHelpers:
             self.seen += text_bytes(path)
             if self.seen < self.min_text_bytes:
                 return []
-            try:
-                while len(self.started) < self.count:
-                    self.started.append(Helper())
-            except OSError:  # no interpreter to start (an embedded Python): the reader reads alone, or with fewer
-                self.count = len(self.started)
+        return self.start()
+
+    def start(self) -> list[Helper]:
+        """The helpers, started now if they are not yet; those alive."""
+        try:
+            while len(self.started) < self.count:
+                self.started.append(Helper())
+        except OSError:  # no interpreter to start (an embedded Python): the reader reads alone, or with fewer
+            self.count = len(self.started)
         return [helper for helper in self.started if helper.alive]
 
 
