@@ -59,7 +59,7 @@ PIPE_BYTES = 1 << 20  # a helper's replies' pipe (Linux's default limit for a pr
 HELPER_TEXT_BYTES = 32 << 20  # less JSON is read in little more than the time a helper takes to start
 # A head start's helper starts while the command imports (~0.45 s, a core idle): it pays for its start on smaller
 # files than a helper started mid-read. A100 trainer trace, 24.6 MB: ingest 1.07 -> 0.99 s, report 1.96 -> 1.81 s,
-# timeline 1.64 -> 1.44 s, each +0.3-0.4 CPU s; 8-16 MB traces gained 0-4% for that CPU (bench/RESULTS.md)
+# timeline 1.64 -> 1.44 s, each +0.3-0.4 CPU s; the 8.2 MB and 16.8 MB ones 0-4% for that CPU (bench/RESULTS.md)
 HEAD_START_TEXT_BYTES = 16 << 20
 ANSWER_SECONDS = 120  # a helper that takes longer for a chunk (~0.05 s) is stuck: the reader makes it, and ends it
 
