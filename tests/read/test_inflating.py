@@ -83,3 +83,16 @@ def test_corrupt_files_fail_alike(tmp_path, monkeypatch, damage):
     ours, oracle = by_both(path, monkeypatch)
     assert ours == oracle
     assert ours[1].startswith("corrupt: corrupt gzip data")
+
+
+@pytest.mark.parametrize("at", [0.02, 0.1, 0.3, 0.55, 0.8, 0.97, 0.9995])
+def test_a_damaged_byte_ends_the_stream_alike(tmp_path, monkeypatch, at):
+    """A byte flipped anywhere in the stream: the same blocks and the same end with either inflater, and never an
+    error of the inflater itself (the reader's callers catch only its own NotStreamable and StreamCut)."""
+    compressed = bytearray(gzip.compress(gzip.decompress(OWLV2.read_bytes())[:1_000_000]))
+    compressed[int(len(compressed) * at)] ^= 0x5A
+    path = tmp_path / "damaged.json.gz"
+    path.write_bytes(bytes(compressed))
+    ours, oracle = by_both(path, monkeypatch, 64 << 10)
+    assert ours == oracle
+    assert ours[1] != "end"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import re
-import zlib
 from typing import Any
 
 import msgspec
@@ -358,7 +357,7 @@ def opens_as_execution_trace(path: storage.Location) -> bool:
     blocks = decompressed_blocks(path, SNIFF_BYTES)
     try:
         head = next(blocks, b"")
-    except (InputError, NotStreamable, StreamCut, OSError, zlib.error):
+    except (InputError, NotStreamable, StreamCut, OSError):
         return False
     finally:
         blocks.close()

@@ -200,6 +200,13 @@ def read_ahead(blocks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def _gunzip(fh, data: bytes, block_bytes: int) -> Iterator[bytes]:
+    try:  # every error of the inflater, whichever it is, is the reader's NotStreamable (its callers catch no other)
+        yield from _inflated(fh, data, block_bytes)
+    except inflating.error as exc:
+        raise NotStreamable(f"corrupt gzip data ({exc})") from None
+
+
+def _inflated(fh, data: bytes, block_bytes: int) -> Iterator[bytes]:
     inflater = inflating.decompressobj(wbits=31)
     while True:
         if inflater.eof:  # end of a gzip member: another one may follow, or zero padding
@@ -220,10 +227,7 @@ def _gunzip(fh, data: bytes, block_bytes: int) -> Iterator[bytes]:
                 if not inflater.eof:
                     raise StreamCut
                 return
-        try:
-            block = inflater.decompress(data, block_bytes)
-        except inflating.error as exc:
-            raise NotStreamable(f"corrupt gzip data ({exc})") from None
+        block = inflater.decompress(data, block_bytes)
         if block:
             yield block
         data = inflater.unconsumed_tail
