@@ -191,7 +191,10 @@ def test_microseconds_to_ns_is_exact_against_decimal_arithmetic():
     ["12", "-", "", "7"],  # a sign alone
     ["12", "1-2", "7"],  # a minus after a digit
     ["5", "0x10"],  # Arrow's cast reads hex; JSON has none, and neither does the regex
-    ["5", "1234567890123456789", "-123456789012345678"],  # 19 digits, and 18 with a sign: beyond the one cast
+    ["5", "1234567890123456789", "-123456789012345678"],  # 19 digits, and 18 with a sign: µs beyond int64 ns
+    # epoch µs to the ns (HTA's ns-resolution traces): 19 digits once the dot is dropped, int64's ends among them
+    ["1712195495519689.047", "1712195495519695.812", "9223372036854775.807", "-9223372036854775.808", "0.001"],
+    ["1712195495519689.047", "9223372036854775.808", "12"],  # one beyond int64: the column leaves the one cast
     ["", ""],
     ["12", "1.2.3"],  # two dots: its digits are an integer, the text is no number
     # int64's ends, and one ns beyond each, with more decimals than the one cast takes
