@@ -62,6 +62,14 @@ def run_fresh(cmd: list[str], ok_codes: tuple[int, ...] = (0,), repo: Path = REP
     return run
 
 
+def failure(cmd: list[str]) -> str | None:
+    """The last line CMD writes to stderr when it exits with an error (run once, as run_fresh runs it); None when it
+    succeeds."""
+    run = run_fresh(cmd, ok_codes=tuple(range(256)))
+    lines = [line.strip() for line in run.stderr.splitlines() if line.strip()]
+    return (lines[-1] if lines else f"exit code {run.exit_code}") if run.exit_code else None
+
+
 def tracekit_cmd(*args: str) -> list[str]:
     """`python -m tracekit.cli ARGS` (the checkout is chosen by run_fresh's `repo`, through PYTHONPATH)."""
     return [sys.executable, "-m", "tracekit.cli", *args]

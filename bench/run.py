@@ -9,8 +9,9 @@ COMMAND (any of; `all` = every one but same-bytes):
   ingest      `tracekit ingest` against `orjson.loads` of the same (decompressed) bytes, both whole processes, and
               the import floor (a process that only imports what ingest imports); and the baseline's, with --baseline
   report      `tracekit report` against TraceLens's perf report (`--tracelens`: its venv's bin folder,
-              ../shared/peers/README.md; then also `--no-critical-path`, like for like), and against a second
-              checkout with `--baseline`
+              ../shared/peers/README.md; then also `--no-critical-path`, like for like; a trace TraceLens fails
+              on is timed for tracekit alone, with TraceLens's error), and against a second checkout with
+              `--baseline`
   stages      one `report` in process, timed by stage (imports, read, link, analyses, write) and by analysis, with
               the peak RSS after each stage and how much each analysis raised it (with `--baseline`, the
               baseline's in the same rotation: the slowest analyses and the report's peak, before and after)
@@ -55,6 +56,7 @@ from measure import (  # noqa: E402
     SHARED,
     alternate,
     cores_needed,
+    failure,
     median,
     rounds_where,
     rounds_within,
@@ -68,15 +70,21 @@ from tracekit.machine import usable_cpus  # noqa: E402  (the CPUs the commands r
 
 # the stand-ins for issue 27's held-out OWLv2 and SD3.5 inference traces (bench/recorded), then the largest shared
 # traces TraceLens reads: the vLLM decode trace (32.5 MB of JSON, Python frames and a HIP graph capture, like the
-# serving traces issue 27 names) and the four largest training and inference traces after it
+# serving traces issue 27 names) and the four largest training and inference traces after it; then every other
+# shared trace of 1-60 MB of JSON, largest first: where a command's fixed part shows, and the traces TraceLens does
+# not read (a legacy bare list, traces without GPU ops)
 TRACES = ["recorded/owlv2.json.gz", "recorded/sd35_a.json.gz", "amd/mi300x_vllm_decode_graph_capture.json.gz",
           "nvidia/a100_trainer_rank0of16_cudagraph.json.gz", "et_pairs/rtx2080ti_linear/kineto.json.gz",
-          "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/h100_qwen1.5-0.5b.json.gz"]
+          "amd/mi300x_resnet_act_checkpoint_rank0of8.json.gz", "nvidia/h100_qwen1.5-0.5b.json.gz",
+          "diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
+          "legacy/resnet50_2020-12_bare_list.pt.trace.json.gz", "nvidia/v100_ns_resolution.json.gz",
+          "nvidia/b200_eager_rank0of8.json.gz", "nvidia/a100_nccl_rank0of2.json.gz", "other/mtia_inference.json.gz",
+          "other/cpu_only_rank34of300.json.gz", "multirank/meta_trainer_128ranks_sampled/rank-0.json.gz"]
 DIFF_PAIRS = [("diff_pairs/resnet50_v100_workers0_vs_workers4/workers0.pt.trace.json.gz",
                "diff_pairs/resnet50_v100_workers0_vs_workers4/workers4.pt.trace.json.gz"),
               ("nvidia/h100_qwen1.5-0.5b.json.gz", "amd/mi300x_qwen1.5-0.5b.json.gz"),
               ("recorded/sd35_a.json.gz", "recorded/sd35_b.json.gz")]
-SAME_BYTES_TRACES = TRACES + ["nvidia/b200_eager_rank0of8.json.gz", "multirank/dlrm_8ranks_v100",
+SAME_BYTES_TRACES = TRACES + ["multirank/dlrm_8ranks_v100",
                               "nvidia/h100_bert-small.json.gz", "et_pairs/cpu_torch2.13_single",
                               "et_pairs/a100_simple_add"]
 ORJSON = ("import gzip, sys, orjson; p = sys.argv[1]; "
@@ -188,9 +196,11 @@ class Bench:
         rows = []
         for trace in self.traces:
             commands = {"tracekit": self.tk("report", str(trace), "-o", self.out("report"), "--force")}
-            if tracelens:
-                commands["TraceLens"] = ([str(tracelens), "--profile_json_path", str(trace), "--output_xlsx_path",
-                                          self.out("tl.xlsx")], REPO)
+            tl_cmd = [str(tracelens), "--profile_json_path", str(trace), "--output_xlsx_path", self.out("tl.xlsx")]
+            # a trace TraceLens fails on (a legacy bare list, no GPU ops) is timed for tracekit alone, with why
+            tl_fails = tracelens and failure(tl_cmd)
+            if tracelens and not tl_fails:
+                commands["TraceLens"] = (tl_cmd, REPO)
                 # like for like: TraceLens's report has no critical path
                 commands["no critical path"] = self.tk("report", str(trace), "-o", self.out("report_ncp"), "--force",
                                                        "--no-critical-path")
@@ -200,7 +210,9 @@ class Bench:
             s = alternate(commands, self.args.repeat)
             t = s["tracekit"]
             row = [trace.name, f"{json_mb(trace):.1f}", t.wall, t.cpu, f"{t.peak_mb:.0f}"]
-            if tracelens:
+            if tl_fails:
+                row += [f"fails: {tl_fails.replace('|', '/')}", "–", "–", "–", "–", t.cores_used()] + ["–"] * 8
+            elif tracelens:
                 tl = s["TraceLens"]
                 n = s["no critical path"]
                 row += [tl.wall, tl.cpu, f"{tl.peak_mb:.0f}", f"{tl.wall / t.wall:.2f}×", rounds_where(tl, t, 5),

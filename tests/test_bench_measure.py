@@ -1,9 +1,11 @@
 """bench/measure.py's count of the alternating rounds in which a ratio target (or the diff's, loads + 1 s) held, and the
-cores each round needed for it: round by round, in run order."""
+cores each round needed for it: round by round, in run order; and what a peer that fails on a trace said."""
 
 from __future__ import annotations
 
-from bench.measure import Run, Summary, cores_needed, rounds_where, rounds_within
+import sys
+
+from bench.measure import Run, Summary, cores_needed, failure, rounds_where, rounds_within
 
 
 def summary(*walls: float) -> Summary:
@@ -37,3 +39,11 @@ def test_the_diff_target_is_met_in_a_round_within_that_rounds_loads_plus_the_sla
     assert diff.wall > load_a.wall + load_b.wall + 1.0  # the medians miss it (3.3 against 3.0)...
     assert rounds_within(diff, [load_a, load_b], 1.0) == "2/3"  # ...which two rounds made: 3.5 <= 3.6, 2.8 <= 2.9
     assert rounds_within(diff, [load_a, load_b], 0.5) == "0/3"
+
+
+def test_a_failing_command_gives_its_last_error_line_and_a_succeeding_one_none():
+    # as TraceLens fails on a legacy bare list: a traceback, whose last line says why
+    crash = "import sys; print('Traceback (most recent call last):', file=sys.stderr); raise ValueError('No GPU events')"
+    assert failure([sys.executable, "-c", crash]) == "ValueError: No GPU events"
+    assert failure([sys.executable, "-c", "import sys; sys.exit(3)"]) == "exit code 3"  # nothing on stderr
+    assert failure([sys.executable, "-c", "print('fine')"]) is None
