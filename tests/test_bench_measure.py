@@ -42,7 +42,7 @@ def test_the_diff_target_is_met_in_a_round_within_that_rounds_loads_plus_the_sla
 
 
 def test_a_failing_command_gives_its_last_error_line_and_a_succeeding_one_none():
-    # as TraceLens fails on a legacy bare list: a traceback, whose last line says why
+    # as TraceLens fails on a trace without GPU ops: a traceback, whose last line says why
     crash = "import sys; print('Traceback (most recent call last):', file=sys.stderr); raise ValueError('No GPU events')"
     assert failure([sys.executable, "-c", crash]) == "ValueError: No GPU events"
     assert failure([sys.executable, "-c", "import sys; sys.exit(3)"]) == "exit code 3"  # nothing on stderr
