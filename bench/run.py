@@ -196,10 +196,11 @@ class Bench:
         rows = []
         for trace in self.traces:
             commands = {"tracekit": self.tk("report", str(trace), "-o", self.out("report"), "--force")}
-            tl_cmd = [str(tracelens), "--profile_json_path", str(trace), "--output_xlsx_path", self.out("tl.xlsx")]
+            tl_cmd = ([str(tracelens), "--profile_json_path", str(trace), "--output_xlsx_path", self.out("tl.xlsx")]
+                      if tracelens else None)
             # a trace TraceLens fails on (a legacy bare list, no GPU ops) is timed for tracekit alone, with why
-            tl_fails = tracelens and failure(tl_cmd)
-            if tracelens and not tl_fails:
+            tl_fails = tl_cmd and failure(tl_cmd)
+            if tl_cmd and not tl_fails:
                 commands["TraceLens"] = (tl_cmd, REPO)
                 # like for like: TraceLens's report has no critical path
                 commands["no critical path"] = self.tk("report", str(trace), "-o", self.out("report_ncp"), "--force",
