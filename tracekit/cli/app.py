@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
 from tracekit import storage
 from tracekit.errors import InputError
@@ -30,10 +29,30 @@ if TYPE_CHECKING:
     from tracekit.inputs import Inputs
     from tracekit.query.database import TraceDatabase
 
+
+class LazyConsole:
+    """A rich Console made on first use: rich took ~20 ms to import before a command's head start, while the core
+    the helper reading ahead would use stayed idle (tests/cli/test_imports.py)."""
+
+    def __init__(self, **options):
+        self._options, self._made = options, None
+
+    @property
+    def console(self):
+        """The Console itself (what rich's own objects, a Progress, take)."""
+        if self._made is None:
+            from rich.console import Console
+            self._made = Console(**self._options)
+        return self._made
+
+    def __getattr__(self, name: str):
+        return getattr(self.console, name)
+
+
 # soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
 # squeezed into rich's default 80 columns.
-stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() or "COLUMNS" in os.environ else 240)
-stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240)
+stderr = LazyConsole(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() or "COLUMNS" in os.environ else 240)
+stdout = LazyConsole(soft_wrap=True, width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240)
 
 # The work is done but incomplete: read from a cut trace file, or an analysis failed and was left out
 # (1: regression gate, 2: user error)
@@ -196,7 +215,7 @@ def progress_bar(inputs: Inputs, doing: str = "") -> Iterator:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn(f"reading traces{also}"), BarColumn(), TextColumn("{task.completed}/{task.total} files"),
-                  TimeElapsedColumn(), console=stderr, transient=True) as bar:
+                  TimeElapsedColumn(), console=stderr.console, transient=True) as bar:
         task = bar.add_task("read", total=len(files))
         yield lambda path, size: bar.advance(task)
 
@@ -219,7 +238,8 @@ def working(what: str) -> Iterator[None]:
         after = PROGRESS_AFTER_SECONDS
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    spinner = Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=stderr, transient=True)
+    spinner = Progress(SpinnerColumn(), TextColumn(what), TimeElapsedColumn(), console=stderr.console,
+                       transient=True)
     spinner.add_task(what, total=None)
     timer = threading.Timer(after, spinner.start)
     timer.daemon = True

@@ -26,7 +26,6 @@ from tracekit.cli.app import (
 )
 from tracekit.errors import InputError
 from tracekit.inputs import Inputs, resolve_captures, resolve_inputs
-from tracekit.output.files import check_output_file
 
 WORKBOOK_FILE_HINT = "the workbook's file name, e.g. diff.xlsx"  # as diff.write_workbook asks for it
 SIDES_SEPARATOR = "\x00--"  # what `--` between the sides' captures becomes among the positional arguments
@@ -92,6 +91,7 @@ def diff_command(runs, alpha, host_floor, warmup_steps, fail_percent, metric, to
         except LookupError as exc:
             raise InputError(f"--metric {exc}") from None
         if out_path is not None:
+            from tracekit.output.files import check_output_file
             check_output_file(out_path, paths, force, WORKBOOK_FILE_HINT)
         sides = split_sides(runs)
         sections = diff.SECTIONS if critical_path else diff.without_critical_path(diff.SECTIONS)

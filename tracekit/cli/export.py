@@ -9,7 +9,6 @@ import click
 
 from tracekit.cli.app import (head_started, load_traces, main, peak_option, read_peak_option, stdout,
                               trace_input_options, user_errors, working)
-from tracekit.output.files import refuse_input_dir
 
 
 @click.group(name="export")
@@ -35,6 +34,7 @@ def chakra_command(traces, out_dir, prefix, data_deps, rank, peak_file):
     simulators."""
     with head_started(traces) as helpers:  # first: the reading starts while the imports go on
         from tracekit.output.chakra import write_chakra
+        from tracekit.output.files import refuse_input_dir
         refuse_input_dir(out_dir, traces)
         peak_table = read_peak_option(peak_file)  # the fallback num_ops of compute nodes without an op model
         tables = load_traces(traces, rank, helpers).with_peaks(peak_table)

@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from tracekit.cli.app import head_started, load_traces, main, trace_input_options, user_errors, working
-from tracekit.cli.query import check_output, emit
-from tracekit.output.files import check_output_file
 
 
 @main.command(name="replay")
@@ -38,6 +36,8 @@ def replay_command(traces, scales, removes, step, fmt, out_path, max_rows, wide)
     graph as measured."""
     with head_started(traces) as helpers:  # first: the reading starts while the imports go on
         from tracekit import replay as replaying  # here: --help and the other commands need not import the replay
+        from tracekit.cli.query import check_output, emit
+        from tracekit.output.files import check_output_file
         scale = [replaying.parse_scale(text) for text in scales]
         remove = [replaying.Selector.parse(text) for text in removes]
         check_output(fmt, None, traces, max_rows)

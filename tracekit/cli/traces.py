@@ -28,7 +28,6 @@ from tracekit.cli.app import (
     working,
 )
 from tracekit.errors import InputError
-from tracekit.output.files import check_output_file, local_output, refuse_input_dir
 
 
 @main.command()
@@ -44,10 +43,11 @@ from tracekit.output.files import check_output_file, local_output, refuse_input_
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
     check_executor_options()
-    out_dir = storage.location(out_dir)
-    refuse_input_dir(out_dir, traces)
     with executor(head_start=traces) as runner:  # first: the reading starts while the imports go on
         from tracekit.output.dataset import ingest as ingest_traces
+        from tracekit.output.files import refuse_input_dir
+        out_dir = storage.location(out_dir)
+        refuse_input_dir(out_dir, traces)
         with planned(traces, f"writing {out_dir}") as (inputs, progress):
             written = ingest_traces(inputs, out_dir, runner, force, rank, as_ranks_given(), progress)
     counts = ", ".join(f"{name} {n:,}" for name, n in written.rows.items() if n)
@@ -77,6 +77,7 @@ def report(traces, out_dir, rank, force, wide, critical_path, peak_file):
         # here, not at the top: ingest, graph and synth need neither the workbook writer (xlsxwriter) nor the summary
         from tracekit.output.terminal import QUERIES, print_summary
         from tracekit.output.workbooks import check_out_dir
+        from tracekit.output.files import local_output
         from tracekit.output.workbooks import report as report_traces
         out_dir = local_output(out_dir)
         check_out_dir(out_dir, force, inputs=traces)
@@ -170,6 +171,7 @@ def graph_command(traces, step, start_ns, end_ns, outs, rank):
     """Write the dependency graph of a window (a step's events, or the events overlapping a range; the edges among
     them)."""
     with head_started(traces) as helpers:  # first: the reading starts while the imports go on
+        from tracekit.output.files import check_output_file
         from tracekit.output.graph import check_window, graph_writer, write_graph
         check_window(step, start_ns, end_ns)
         for out in outs:
