@@ -8,6 +8,9 @@ import gzip
 import json
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 import zlib
 from contextlib import contextmanager
@@ -16,7 +19,7 @@ from unittest import mock
 
 import pytest
 
-from tests.conftest import shared_trace
+from tests.conftest import REPO, shared_trace
 from tests.read.test_ingest_streaming import tricky_entries
 from tracekit.errors import InputError
 from tracekit.read import chunk_workers, kineto
@@ -395,3 +398,53 @@ def test_the_report_command_reads_its_trace_ahead_and_writes_the_same_workbook(t
     assert taken
     report(resolve_inputs([path]), tmp_path / "api")
     assert (tmp_path / "cli" / "rank0.xlsx").read_bytes() == (tmp_path / "api" / "rank0.xlsx").read_bytes()
+
+
+# A forked head start, run in a fresh process of one thread (a test runner may hold others, and then no helper is
+# forked): the tables of the reader alone, chunks taken from the fork, and what the helper was
+FORKED_READ = ("import json, sys\n"
+               "import tracekit.read.kineto  # the reader, imported before the fork (as cli.app.head_started does)\n"
+               "from tests.read.test_chunk_helpers import assert_same_parts, begun, read_ahead_of\n"
+               "from tracekit.read.chunk_workers import ChunkHelpers\n"
+               "from tracekit.read.kineto import read_trace\n"
+               "path, chunk_bytes = sys.argv[1], int(sys.argv[2])\n"
+               "alone = read_trace(path, chunk_bytes)\n"
+               "with begun(ChunkHelpers(1, head_start_bytes=0).head_start([path], chunk_bytes, forked=True)) as h:\n"
+               "    helper = type(h.started[0].process).__name__\n"
+               "    ahead, taken = read_ahead_of(path, chunk_bytes, h)\n"
+               "    process = h.started[0].process\n"
+               "assert_same_parts(ahead, alone)\n"
+               "print(json.dumps({'helper': helper, 'taken': taken, 'exit': process.returncode}))\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="helpers are forked on Linux only")
+@pytest.mark.parametrize("relative", [
+    "nvidia/h100_bert-small.json.gz",  # keys after traceEvents
+    "legacy/resnet50_2020-12_bare_list.pt.trace.json.gz",  # a bare list of entries
+    None,  # notes, repairs and bad entries (tricky_entries)
+])
+def test_a_forked_head_start_gives_the_tables_of_the_reader_alone(tmp_path, relative):
+    path = write_trace(tmp_path / "t.json.gz", tricky_entries(3000)) if relative is None else shared_trace(relative)
+    chunk_bytes = max(len(read_bytes(path)) // 40, 1 << 12)
+    proc = subprocess.run([sys.executable, "-c", FORKED_READ, str(path), str(chunk_bytes)], capture_output=True,
+                          text=True, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["helper"] == "ForkedHelper"
+    assert seen["taken"] > 0
+    assert seen["exit"] in (0, -signal.SIGKILL)  # ended by the reader (stopped, or its stdin closed)
+
+
+def test_a_process_with_other_threads_starts_fresh_helpers():
+    """A fork copies only the thread that forks: a lock another thread held would stay held in the child."""
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        with ChunkHelpers(1) as helpers:
+            (helper,) = helpers.start(forked=True)
+            assert isinstance(helper.process, subprocess.Popen)
+            assert helper.submit(b"[]").result(timeout=60)  # a working helper
+    finally:
+        release.set()
+        other.join()

@@ -43,7 +43,8 @@ from tracekit.errors import InputError
 def ingest(traces, out_dir, rank, force):
     """Read Kineto traces (files or directories) and write them as a Parquet dataset."""
     check_executor_options()
-    with executor(head_start=traces) as runner:  # first: the reading starts while the imports go on
+    # first: the reading starts while the imports go on (a fresh helper: few imports come after the head start)
+    with executor(head_start=traces, forked=False) as runner:
         from tracekit.output.dataset import ingest as ingest_traces
         from tracekit.output.files import refuse_input_dir
         out_dir = storage.location(out_dir)

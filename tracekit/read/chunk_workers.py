@@ -1,8 +1,9 @@
 """A large trace's chunks turned into tables in helper processes beside the reader.
 
 Decoding a chunk (msgspec) and building its tables hold the GIL, so a thread cannot share the work: a helper is a
-fresh interpreter (`python -m tracekit.read.chunk_workers`) that imports the reader alone (pyarrow, numpy, msgspec)
-and loops: a chunk's text in on stdin, its tables (`entry_tables`) out on stdout as Arrow IPC. The reader hands a
+fresh interpreter (`python -m tracekit.read.chunk_workers`) that imports the reader alone (pyarrow, numpy, msgspec),
+or a fork of this process that has imported it (`ForkedHelper`: a command's head start, on Linux), and loops: a
+chunk's text in on stdin, its tables (`entry_tables`) out on stdout as Arrow IPC. The reader hands a
 helper a chunk while that helper has fewer than IN_FLIGHT, decodes the others itself, and takes the results back in
 chunk order; a helper still starting costs it nothing but the start. Every chunk's tables are made with ids from 0
 and shifted to their place (`EntryTables.shifted`), the same ids a reader alone gives. A chunk a helper could not
@@ -10,7 +11,8 @@ turn into tables (an unusual chunk, a helper that died) is decoded again by the 
 falls back to the whole-file path, as it does without helpers.
 
 A head start (`ChunkHelpers.head_start`): a command about to read a local trace file of HEAD_START_TEXT_BYTES of
-JSON or more starts the helpers before its own imports (~0.3 s on one core, the other idle), and the first of them
+JSON or more starts the helpers before its own imports (~0.3 s on one core, the other idle; forked, once it has
+imported the reader, before the rest), and the first of them
 reads the file on its own meanwhile: it gunzips it, cuts it into the chunks the reader will cut
 (`text.trace_event_chunks`, the same function on the same bytes) and turns them into tables in order, until the
 reader reaches the file and stops it. The reader then takes those chunks' tables, each checked against the chunk it
@@ -24,6 +26,7 @@ import json
 import os
 import queue
 import select
+import signal
 import stat
 import struct
 import subprocess
@@ -121,17 +124,18 @@ class ChunkHelpers:
             helper.close()
         self.started, self.ahead, self.seen = [], None, 0
 
-    def head_start(self, paths: Iterable, chunk_bytes: int | None = None) -> ChunkHelpers:
+    def head_start(self, paths: Iterable, chunk_bytes: int | None = None, forked: bool = False) -> ChunkHelpers:
         """Start the helpers now, the first reading on its own the first of PATHS (what a command was given) that
         is a local file of at least `head_start_bytes` of JSON, in chunks of CHUNK_BYTES (None: the reader's default,
         text.CHUNK_BYTES, which is not imported here), until the reader reaches it (`made_ahead`). Only where
-        select() can poll a pipe (POSIX); nothing when no path qualifies."""
+        select() can poll a pipe (POSIX); nothing when no path qualifies. `forked`: as forks of this process
+        (`ForkedHelper`) where it may fork, else as fresh interpreters."""
         if not self.count or self.started or os.name != "posix":
             return self
         path, identity = next(((p, i) for p in paths if (i := file_identity(p)) is not None), (None, None))
         if path is None or text_bytes(path) < self.head_start_bytes:
             return self
-        helpers = self.start()
+        helpers = self.start(forked)
         if helpers and helpers[0].start_head(path, chunk_bytes):
             self.ahead = (identity, chunk_bytes, helpers[0])
         return self
@@ -162,11 +166,11 @@ class ChunkHelpers:
                 return []
         return self.start()
 
-    def start(self) -> list[Helper]:
-        """The helpers, started now if they are not yet; those alive."""
+    def start(self, forked: bool = False) -> list[Helper]:
+        """The helpers, started now if they are not yet (`forked`: as in `head_start`); those alive."""
         try:
             while len(self.started) < self.count:
-                self.started.append(Helper())
+                self.started.append(Helper(forked))
         except OSError:  # no interpreter to start (an embedded Python): the reader reads alone, or with fewer
             self.count = len(self.started)
         return [helper for helper in self.started if helper.alive]
@@ -175,12 +179,17 @@ class ChunkHelpers:
 class Helper:
     """One helper process and the thread that feeds it chunks and reads back their tables, one at a time."""
 
-    def __init__(self):
-        package_root = str(Path(__file__).resolve().parents[2])  # this tracekit, whatever the working directory
-        env = {"OPENBLAS_NUM_THREADS": "1",  # numpy's BLAS, unused here, would busy-wait a thread per core at import
-               **os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-        self.process = subprocess.Popen([sys.executable, "-m", "tracekit.read.chunk_workers"], env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    def __init__(self, forked: bool = False):
+        """`forked`: a fork of this process (`ForkedHelper`) where `may_fork`, else a fresh interpreter."""
+        if forked and may_fork():
+            self.process: subprocess.Popen | ForkedHelper = ForkedHelper()
+        else:
+            package_root = str(Path(__file__).resolve().parents[2])  # this tracekit, whatever the working directory
+            env = {"OPENBLAS_NUM_THREADS": "1",  # numpy's BLAS, unused here, would busy-wait a thread per core
+                   **os.environ,
+                   "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+            self.process = subprocess.Popen([sys.executable, "-m", "tracekit.read.chunk_workers"], env=env,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         _widen(self.process.stdout)
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.given: deque[Future] = deque()  # chunks given, oldest first
@@ -284,6 +293,57 @@ class Helper:
                 stream.close()
             except OSError:
                 pass
+
+
+def may_fork() -> bool:
+    """Whether a helper may be a fork of this process: on Linux, from a process of one thread (a lock another
+    thread held at the fork would stay held in the child; macOS's system libraries are not safe to use in a forked
+    child at all)."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
+
+
+class ForkedHelper:
+    """A helper forked from this process, with the Popen methods `Helper` uses. It has this process's modules: where
+    the reader is imported before the fork, the helper decodes at once, sparing the ~0.3 CPU s a fresh interpreter
+    spends importing it (pyarrow, numpy, msgspec) beside the command's own imports (bench/RESULTS.md: a report of
+    OWLv2 or SD3.5 ~5% less CPU)."""
+
+    def __init__(self):
+        child_in, to_child = os.pipe()
+        from_child, child_out = os.pipe()
+        try:
+            self.pid = os.fork()
+        except OSError:
+            for fd in (child_in, to_child, from_child, child_out):
+                os.close(fd)
+            raise
+        if self.pid == 0:  # the helper: the pipes as stdin and stdout, stderr to /dev/null, no other file of ours
+            code = 1
+            try:
+                os.dup2(child_in, 0)
+                os.dup2(child_out, 1)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                serve()
+                code = 0
+            finally:
+                os._exit(code)  # never this process's exit handlers, nor its buffered output
+        os.close(child_in)
+        os.close(child_out)
+        self.stdin, self.stdout = os.fdopen(to_child, "wb"), os.fdopen(from_child, "rb")
+        self.returncode: int | None = None
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
 
 
 def _widen(pipe) -> None:
