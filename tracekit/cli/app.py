@@ -48,6 +48,12 @@ class LazyConsole:
     def __getattr__(self, name: str):
         return getattr(self.console, name)
 
+    def __setattr__(self, name: str, value) -> None:  # `console.width = ...` (frames.print_whole) is the Console's
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.console, name, value)
+
 
 # soft_wrap: a message is one line however narrow the terminal (scripts and tests grep it); piped output is not
 # squeezed into rich's default 80 columns.
