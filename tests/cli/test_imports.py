@@ -75,7 +75,6 @@ def test_a_command_leaves_out_what_it_does_not_use(tmp_path, trace, args, not_lo
     assert not not_loaded & loaded
 
 
-
 # The modules loaded when a command starts its head start (ChunkHelpers.head_start, wrapped before the command runs:
 # the module imports nothing heavy at the top), and what its first helper is, written from that call
 AT_HEAD_START = ("import json, runpy, sys\n"
