@@ -76,16 +76,18 @@ def test_a_command_leaves_out_what_it_does_not_use(tmp_path, trace, args, not_lo
 
 
 # The modules loaded when a command starts its head start (ChunkHelpers.head_start, wrapped before the command runs:
-# the module imports nothing heavy at the top), and what its first helper is, written from that call
-AT_HEAD_START = ("import json, runpy, sys\n"
+# the module imports nothing heavy at the top): what it has loaded and its threads then, and its first helper
+AT_HEAD_START = ("import json, os, runpy, sys\n"
                  "from tracekit.read import chunk_workers\n"
                  "out, started = sys.argv[1], chunk_workers.ChunkHelpers.head_start\n"
                  "def head_start(self, paths, *args, **kwargs):\n"
                  "    self.head_start_bytes = 0  # the test's small trace gets its head start too\n"
                  "    loaded = sorted(sys.modules)\n"
+                 "    tasks = os.listdir('/proc/self/task')\n"
+                 "    threads = [open(f'/proc/self/task/{t}/comm').read().strip() for t in tasks]\n"
                  "    helpers = started(self, paths, *args, **kwargs)\n"
                  "    kind = type(helpers.started[0].process).__name__ if helpers.started else None\n"
-                 "    open(out, 'w').write(json.dumps({'modules': loaded, 'helper': kind}))\n"
+                 "    open(out, 'w').write(json.dumps({'modules': loaded, 'helper': kind, 'threads': threads}))\n"
                  "    return helpers\n"
                  "chunk_workers.ChunkHelpers.head_start = head_start\n"
                  "sys.argv = ['tracekit', *sys.argv[2:]]\n"
@@ -119,6 +121,9 @@ def test_a_command_starts_reading_ahead_before_its_heavy_imports(tmp_path, trace
     assert not AFTER_HEAD_START & loaded
     assert (READER <= loaded) if helper == "ForkedHelper" else not READER & loaded
     assert seen["helper"] == helper
+    # the threads before the helpers start: this one and, once pyarrow is loaded, its jemalloc's, which jemalloc
+    # handles across a fork (chunk_workers.may_fork); none that would hold a lock in a forked child
+    assert len([t for t in seen["threads"] if t != "jemalloc_bg_thd"]) == 1, seen["threads"]
 
 
 # OpenBLAS's own count of its threads, as numpy's wheels name it (scipy-openblas since numpy 2.0; 64-bit ints before)

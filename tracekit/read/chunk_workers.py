@@ -296,9 +296,11 @@ class Helper:
 
 
 def may_fork() -> bool:
-    """Whether a helper may be a fork of this process: on Linux, from a process of one thread (a lock another
+    """Whether a helper may be a fork of this process: on Linux, from a process of one Python thread (a lock another
     thread held at the fork would stay held in the child; macOS's system libraries are not safe to use in a forked
-    child at all)."""
+    child at all). The one native thread the reader's libraries start, pyarrow's bundled jemalloc's background
+    thread, is jemalloc's to handle across a fork (its pthread_atfork handlers); DuckDB, whose threads would not be,
+    is not loaded before a command's head start (tests/cli/test_imports.py)."""
     return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
