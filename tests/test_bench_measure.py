@@ -1,11 +1,12 @@
 """bench/measure.py's count of the alternating rounds in which a ratio target (or the diff's, loads + 1 s) held, and the
-cores each round needed for it: round by round, in run order; and what a peer that fails on a trace said."""
+cores each round needed for it: round by round, in run order; what a peer that fails on a trace said; and which files
+it drops from the page cache before timing."""
 
 from __future__ import annotations
 
 import sys
 
-from bench.measure import Run, Summary, cores_needed, failure, rounds_where, rounds_within
+from bench.measure import Run, Summary, cores_needed, evict_libraries, failure, rounds_where, rounds_within
 
 
 def summary(*walls: float) -> Summary:
@@ -47,3 +48,18 @@ def test_a_failing_command_gives_its_last_error_line_and_a_succeeding_one_none()
     assert failure([sys.executable, "-c", crash]) == "ValueError: No GPU events"
     assert failure([sys.executable, "-c", "import sys; sys.exit(3)"]) == "exit code 3"  # nothing on stderr
     assert failure([sys.executable, "-c", "print('fine')"]) is None
+
+
+def test_the_shared_libraries_of_each_environment_are_dropped_once_and_nothing_else(tmp_path):
+    lib = tmp_path / "venv" / "lib" / "site-packages" / "pkg"
+    lib.mkdir(parents=True)
+    (lib / "_core.cpython-311-x86_64-linux-gnu.so").write_bytes(b"x" * 300)
+    (lib / "libarrow.so.2600").write_bytes(b"y" * 200)
+    (lib / "module.py").write_text("import os\n")
+    (lib / "libarrow.so").symlink_to(lib / "libarrow.so.2600")  # a link to a library: that library, once
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "libz.so.1").write_bytes(b"z" * 50)
+    assert evict_libraries([tmp_path / "venv"]) == (2, 500)
+    assert evict_libraries([tmp_path / "venv", other]) == (3, 550)
+    assert evict_libraries([tmp_path / "missing"]) == (0, 0)
