@@ -84,11 +84,13 @@ categories as (
 run_events as (
     select rank, window_id, run, count(*) as events, max_by(event_id, (ns, -event_id), 5) as longest_ids,
            max_by(ns, (ns, -event_id), 5) as longest_ns
-    from (select n.rank, n.window_id, n.run, s.event_id, sum(s.ns) as ns
-          from (select rank, window_id, iteration, lane, event_id, sum(duration_ns) as ns
-                from segments where event_id is not null group by all) s
+    -- each segment to its run (a join to the few pieces), then one sum per event and run: summed per piece first,
+    -- the path's events were grouped twice (SD3.5: 137k events, 29 of the query's 125 ms)
+    from (select n.rank, n.window_id, n.run, s.event_id, sum(s.duration_ns) as ns
+          from segments s
           join numbered n on n.rank = s.rank and n.window_id = s.window_id and n.iteration = s.iteration
                          and n.lane is not distinct from s.lane
+          where s.event_id is not null
           group by all)
     group by all
 ),

@@ -64,7 +64,9 @@ select rank, id, ts, end_ns, process, process_order, process || ' · ' || track_
               ',"ts":', (ts - base_ns) // 1000, '.', lpad(((ts - base_ns) % 1000)::varchar, 3, '0'),
               ',"dur":', greatest(dur, 0) // 1000, '.', lpad((greatest(dur, 0) % 1000)::varchar, 3, '0'),
               ',"args":',
-              case when args is null or regexp_matches(args, '^\s*\{\s*\}\s*$') then concat('{"rank":', rank, '}')
+              -- (an object with a member has a colon: the regex only for those without one)
+              case when args is null or (not contains(args, ':') and regexp_matches(args, '^\s*\{\s*\}\s*$'))
+                   then concat('{"rank":', rank, '}')
                    -- (nearly every args object ends in its brace: no regex for those)
                    when ends_with(args, '}') then concat(substr(args, 1, length(args) - 1), ',"rank":', rank, '}')
                    else regexp_replace(args, '\}\s*$', concat(',"rank":', rank, '}')) end) as body,

@@ -318,7 +318,7 @@ def test_path_flows_are_the_moves_between_tracks(resnet_timeline):
 def test_path_track_is_the_runs_of_the_path(resnet_timeline):
     """Each slice of the critical-path track is a run of the analysis's segments on one thread or stream: its
     segments (first to last position) are on one track, the runs before and after it are on others, and its time,
-    per category and in all, is those segments' time; together the slices hold every segment."""
+    per category and in all, and its longest events are those segments'; together the slices hold every segment."""
     tables, summary, doc = resnet_timeline
     path = path_on_tracks(tables)
     path_process = {pid for (pid, tid), name in doc["names"].items() if tid is None and name.endswith("critical path")}
@@ -338,6 +338,11 @@ def test_path_track_is_the_runs_of_the_path(resnet_timeline):
         by_category = segments.group_by("category").agg(pl.col("duration_ns").sum())
         assert {c: round(ns / 1000, 3) for c, ns in by_category.iter_rows()} == a["time_us"]
         assert a["events"] == segments["event_id"].drop_nulls().n_unique()
+        # its five longest events: their time summed over the run's segments, most first (a tie: the lower id)
+        longest = (segments.drop_nulls("event_id").group_by("event_id", "name").agg(pl.col("duration_ns").sum())
+                   .sort(["duration_ns", "event_id"], descending=[True, False]).head(5))
+        assert a["longest"] == [{"event": name, "us": round(ns / 1000, 3)}
+                                for name, ns in longest.select("name", "duration_ns").iter_rows()]
     assert all(before != after for tracks in tracks_in_order.values() for before, after in zip(tracks, tracks[1:]))
     assert max(len(tracks) for tracks in tracks_in_order.values()) > 1
 
@@ -358,6 +363,22 @@ def test_an_unexplained_gpu_wait_has_a_colour_of_its_own(tmp_path):
     assert gpu_run[0]["cname"] == "thread_state_unknown"
     others = [e for e in runs if not e["name"].startswith("unexplained_gpu_wait")]
     assert others and "thread_state_unknown" not in {e["cname"] for e in others}
+
+
+def test_each_slice_keeps_its_args_and_gains_its_rank(tmp_path):
+    """A slice's args are the trace's, with "rank" added: an empty object (with spaces in it, as a writer may leave
+    them), none, and objects whose text holds a colon, a brace or spaces alike."""
+    args = {"none": None, "empty": "{ }", "tight": "{}", "colon": '{"note": "a:b"}',
+            "brace": '{"s": "}"}', "spaced": '{ "n" : 1 }  '}
+    events = [f'{{"ph": "X", "cat": "user_annotation", "name": "{name}", "pid": 1, "tid": 1, "ts": {10 * i}, '
+              f'"dur": 5' + (f', "args": {text}' if text is not None else "") + "}"
+              for i, (name, text) in enumerate(args.items())]
+    trace = tmp_path / "rank0.json"
+    trace.write_text('{"traceEvents": [' + ", ".join(events) + "]}")
+    out = tmp_path / "t.json.gz"
+    write_timeline(load([trace]), out, critical_path=False)
+    got = {e["name"]: e["args"] for e in read(out)["traceEvents"] if e.get("ph") == "X"}
+    assert got == {name: {**(json.loads(text) if text else {}), "rank": 0} for name, text in args.items()}
 
 
 def operator_rows(profile) -> list[int]:
