@@ -3,8 +3,12 @@ an output never overwrites or deletes an input; strings from traces never become
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
+import os
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -17,7 +21,7 @@ import tracekit
 from tracekit import diff, synth
 from tracekit.cli import main
 from tracekit.errors import InputError
-from tracekit.output import dataset, graph, xlsx
+from tracekit.output import dataset, files, graph, xlsx
 from tracekit.output import workbooks as report
 from tracekit.output.files import opened_output, write_output_file
 
@@ -91,6 +95,81 @@ def test_an_opened_output_holds_every_write_in_order(tmp_path, compressed):
         writes[1][:] = b"-" * len(writes[1])  # handed over already: the file holds what was written
     data = target.read_bytes()
     assert (gzip.decompress(data) if compressed else data) == expected
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_writeback_starts_on_the_file_and_changes_no_byte(tmp_path, monkeypatch, compressed):
+    """start_writeback hands the OS the output's own file with the bytes so far in it (buffered ones flushed first;
+    the compressed ones without flushing zlib, so the file is the one gzip.open writes), and the output's bytes are
+    unchanged."""
+    started = []
+    target = tmp_path / "out.json.gz"
+
+    def sync_file_range(fd, offset, length, flags):
+        started.append((os.fstat(fd).st_ino, os.fstat(fd).st_size, offset, length, flags))
+
+    monkeypatch.setattr(files, "_sync_file_range", lambda: sync_file_range)
+    rows = [f'{{"row":{i}}},\n'.encode() for i in range(20_000)]  # small writes: held in buffers
+    with opened_output(target, compressed) as out:
+        for row in rows[:10_000]:
+            out.write(row)
+        out.start_writeback()
+        if not compressed:  # flushed by the writer's call, before it returns
+            assert target.stat().st_size == len(b"".join(rows[:10_000]))
+        for row in rows[10_000:]:
+            out.write(row)
+    data = target.read_bytes()
+    assert (gzip.decompress(data) if compressed else data) == b"".join(rows)
+    (inode, size, offset, length, flags), = started  # done by the close
+    assert (inode, offset, length, flags) == (target.stat().st_ino, 0, 0, 2)  # all of it; start the writes only
+    assert size > 0
+    if compressed:
+        (tmp_path / "reference").mkdir()
+        reference = tmp_path / "reference" / target.name  # (its name is in the header)
+        with gzip.open(reference, "wb", compresslevel=1) as ref:
+            for row in rows:
+                ref.write(row)
+        expected = reference.read_bytes()
+        assert data[:4] + data[8:] == expected[:4] + expected[8:]  # all but the header's mtime
+        assert size < len(data)  # the bytes compressed before it, not yet all
+
+
+def dirty_pages(path: Path) -> int | None:
+    """The pages of PATH in the page cache not yet written to disk (Linux's cachestat, 6.5 and later), or None."""
+    class Range(ctypes.Structure):
+        _fields_ = [("offset", ctypes.c_uint64), ("length", ctypes.c_uint64)]
+
+    class Stat(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint64) for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
+
+    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
+        return None
+    stat = Stat()
+    with open(path, "rb") as f:
+        done = ctypes.CDLL(None, use_errno=True).syscall(451, f.fileno(), ctypes.byref(Range(0, 0)),
+                                                          ctypes.byref(stat), 0)  # 451: cachestat on x86_64
+    return stat.dirty if done == 0 else None
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_a_writeback_started_leaves_no_page_unwritten(tmp_path, compressed):
+    """The real call: the pages written before it go to disk now, not when the kernel's flusher comes round (30 s
+    after they were written, by default)."""
+    target = tmp_path / "out.bin"
+    with opened_output(target, compressed) as out:
+        out.write(os.urandom(4 << 20))  # (random bytes: as many compressed)
+        if compressed:
+            out.write(b"")  # the thread has written the first once it takes this
+        out.flush()
+        time.sleep(0.2)
+        before = dirty_pages(target)
+        if not before:
+            pytest.skip(f"no dirty pages to see on {tmp_path} (cachestat: {before}; a file system without writeback)")
+        out.start_writeback()
+        deadline = time.monotonic() + 5
+        while dirty_pages(target) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert dirty_pages(target) == 0
 
 
 def test_a_compressing_output_raises_the_thread_s_error(tmp_path, monkeypatch):

@@ -213,6 +213,8 @@ def write_timeline(tables: TraceTables, path: str | Path, step: int | None = Non
                 write_events(out, slices, slice_event)
                 edge_arrows = arrows("edges", None)
                 path_runs = runs_on_tracks(pl.from_arrow(walked()), processes) if critical_path else None
+                if critical_path:  # the bytes so far go to disk while the path's slices and arrows are made
+                    out.start_writeback()
                 if path_runs is not None and step is not None:
                     path_runs = path_runs.filter(pl.col("step") == step)
                 path_arrows = arrows("path", path_runs) if critical_path else edge_arrows.clear()
