@@ -99,9 +99,10 @@ create or replace macro step_windows() as table
            coalesce(a.gpu_end_ns, l.gpu_end_ns) as gpu_end_ns,
            case when a.rank is not null then 'gpu_annotation' when l.rank is not null then 'launches' end
                as gpu_window_source,
-           s.marker, iteration_phase(s.marker, s.name) as phase, iteration_batch_size(s.marker, s.name) as batch_size,
-           iteration_tokens(s.marker, s.name) as tokens
-    from step_annotations s
+           s.marker, _iteration_phase(s.marker, s.name, s.counts) as phase,
+           _iteration_batch_size(s.marker, s.name, s.counts) as batch_size,
+           _iteration_tokens(s.marker, s.name, s.counts) as tokens
+    from (select *, _vllm_counts(name) as counts from step_annotations) s
     left join gpu_annotations a on a.rank = s.rank and a.name = s.name and s.marker = 'profiler_step'
     left join launch_spans l on l.rank = s.rank and l.step = s.step;
 
