@@ -194,8 +194,9 @@ class PlainOutput:
         46 MB: the pages' blocks are allocated in it), while the writer goes on. A rename over an existing file
         otherwise makes ext4 write the new file's data first (auto_da_alloc): 31–36 ms for SD3.5's 51 MB timeline,
         10–14 ms when 46 MB of it were under way. Begun where a core is idle (the timeline's path, after the walk),
-        SD3.5's timeline over its last output took 1.527 s against 1.560 (median of 21 alternating runs; a new
-        file, 1.598 and 1.596); begun while both cores worked, no gain (1.531 and 1.531, 41 runs)."""
+        SD3.5's timeline over its last output took 1.580 s against 1.600 (median of 31 rounds alternating with
+        the baseline and an ingest; 1.527 against 1.560 in 21 without the ingest; a new file, 1.598 and 1.596);
+        begun while both cores worked, no gain (1.531 and 1.531, 41 rounds)."""
         self.file.flush()
         if self.writeback is not None:
             self.writeback.join()
