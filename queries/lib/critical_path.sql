@@ -57,15 +57,16 @@
 -- lane's time passes it), and the cursor at each state is the running minimum of the states' times.
 -- The Euler order needs each CPU event's last descendant (the call trees, finished in numpy: below).
 
--- In five macros: the events, the call trees, the states, the lanes (these four independent of the windows), the
--- walk of each window (_critical_path_walk; critical_path_segments numbers and names its segments, and
+-- In four macros: the events, the call trees, the lanes (the states with their predecessors, laid out in lanes;
+-- these three independent of the windows), the walk of each window (_critical_path_walk; critical_path_segments numbers and names its segments, and
 -- step_critical_paths walks the step windows for the sums, which need neither: on a 53 MB inference trace whose
 -- path runs through 297k segments, the sort and the names were 0.17 of its 0.46 CPU s). A connection that
 -- materializes the events, the call trees and the lanes (catalog.SHARED_TABLE_MACROS) runs each as a statement of
 -- its own, whose sorts and joins are freed before the next one starts (in one statement they set a report's peak
 -- memory, bench/RESULTS.md); the states go straight into the lanes' sort (a table of them, 316k rows on OWLv2, was
--- written and read again for nothing: the two statements took 6% more instructions, for the same peak); elsewhere
--- they expand into one. A CTE that only reads one of them is
+-- written and read again for nothing: the two statements took 6% more instructions, for the same peak), and are
+-- CTEs of the lanes' macro, not a macro of their own (DuckDB binds a table macro where it is defined and again where
+-- it is used: 7.6 ms of each walking connection's definitions, for the one use); elsewhere they expand into one. A CTE that only reads one of them is
 -- `not materialized`: DuckDB materializes a CTE read more than once, which copied the shared table (the lanes of
 -- MI300X resnet x4, 393k rows: the critical path 0.57 -> 0.49 s, its peak 230 -> 180 MB). Only integer keys and
 -- times go through the sorts and joins; names and kinds are joined to the segments at the end.
@@ -136,8 +137,12 @@ create or replace macro _critical_path_calls() as table
     where not e.on_gpu
     order by e.rank, e.lane, e.ts, e.end_ns desc, e.cpu_kind_order, e.id;
 
--- _critical_path_states(): every state with its predecessor (below)
-create or replace macro _critical_path_states() as table
+-- _critical_path_lanes(): every state with its predecessor (below), in lanes, in time order (ties in Euler order).
+-- A run is a stretch of a lane the walk goes down state by state (each state's predecessor is the state just before
+-- it); it ends at a jump: a state whose predecessor is elsewhere (another lane: a launch, a sync; an overlap; sub-µs
+-- improper nesting) or nowhere, and leads to the state to_state (its lane, position and time: to_lane, to_pos,
+-- to_tau).
+create or replace macro _critical_path_lanes() as table
     with
     cp_events as not materialized (from _critical_path_events()),
     cp_cpu as not materialized (from _critical_path_calls()),
@@ -301,24 +306,20 @@ create or replace macro _critical_path_states() as table
     cp_lane_numbers as materialized (
         select rank, lane, (row_number() over (order by rank, lane))::int as lane_no
         from (select distinct rank, lane from cp_events)
-    )
+    ),
     -- states as integers: 2 * event id for the start, 2 * event id + 1 for the end
-    select s.rank, 2 * s.id + s.at_end::int as state, 2 * s.next_id + s.next_at_end::int as next_state,
-           s.segment_event, s.category, s.inferred, s.elsewhere_lane, s.tau, s.lane, n.lane_no,
-           s.k1 * 8589934592 + s.k2 * 4294967296 + s.k3 as k
-    from (
-        select * from cp_cpu_end
-        union all select * from cp_cpu_start
-        union all select * from cp_gpu_end
-        union all select * from cp_gpu_start
-    ) s
-    join cp_lane_numbers n on n.rank = s.rank and n.lane = s.lane;
-
--- _critical_path_lanes(): the states in lanes, in time order (ties in Euler order). A run is a stretch of a lane the
--- walk goes down state by state (each state's predecessor is the state just before it); it ends at a jump: a state
--- whose predecessor is elsewhere (another lane: a launch, a sync; an overlap; sub-µs improper nesting) or nowhere,
--- and leads to the state to_state (its lane, position and time: to_lane, to_pos, to_tau).
-create or replace macro _critical_path_lanes() as table
+    cp_states as not materialized (
+        select s.rank, 2 * s.id + s.at_end::int as state, 2 * s.next_id + s.next_at_end::int as next_state,
+               s.segment_event, s.category, s.inferred, s.elsewhere_lane, s.tau, s.lane, n.lane_no,
+               s.k1 * 8589934592 + s.k2 * 4294967296 + s.k3 as k
+        from (
+            select * from cp_cpu_end
+            union all select * from cp_cpu_start
+            union all select * from cp_gpu_end
+            union all select * from cp_gpu_start
+        ) s
+        join cp_lane_numbers n on n.rank = s.rank and n.lane = s.lane
+    )
     select * exclude (lane_pred, first_in_lane) replace (if(first_in_lane, null, prev_tau) as prev_tau),
            next_state is null or first_in_lane or next_state is distinct from lane_pred as is_jump
     from (
@@ -326,7 +327,7 @@ create or replace macro _critical_path_lanes() as table
                row_number() over lane_order as pos, lag(state) over lane_order as lane_pred,
                lag(tau) over lane_order as prev_tau,
                lag(lane_no) over lane_order is distinct from lane_no as first_in_lane
-        from _critical_path_states()
+        from cp_states
         window lane_order as (order by lane_no, tau, k)
     );
 

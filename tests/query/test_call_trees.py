@@ -99,6 +99,6 @@ def test_a_connection_that_does_not_materialize_computes_the_table(loaded_trace)
     Python."""
     tables = loaded_trace("nvidia/h100_qwen1.5-0.5b.json.gz")
     with catalog.connect(tables) as con:
-        catalog.define_macros(con, {"_critical_path_states"})
-        assert con.sql("select count(*) from _critical_path_states()").fetchall()[0][0] > 0
+        catalog.define_macros(con, {"_critical_path_lanes"})
+        assert con.sql("select count(*) from _critical_path_lanes()").fetchall()[0][0] > 0
         assert con.sql("select count(*) from _critical_path_calls_result").fetchall()[0][0] > 0
