@@ -57,19 +57,20 @@
 -- lane's time passes it), and the cursor at each state is the running minimum of the states' times.
 -- The Euler order needs each CPU event's last descendant (the call trees, finished in numpy: below).
 
--- In four macros: the events, the call trees, the lanes (the states with their predecessors, laid out in lanes;
--- these three independent of the windows), the walk of each window (_critical_path_walk; critical_path_segments numbers and names its segments, and
--- step_critical_paths walks the step windows for the sums, which need neither: on a 53 MB inference trace whose
--- path runs through 297k segments, the sort and the names were 0.17 of its 0.46 CPU s). A connection that
--- materializes the events, the call trees and the lanes (catalog.SHARED_TABLE_MACROS) runs each as a statement of
--- its own, whose sorts and joins are freed before the next one starts (in one statement they set a report's peak
--- memory, bench/RESULTS.md); the states go straight into the lanes' sort (a table of them, 316k rows on OWLv2, was
--- written and read again for nothing: the two statements took 6% more instructions, for the same peak), and are
--- CTEs of the lanes' macro, not a macro of their own (DuckDB binds a table macro where it is defined and again where
--- it is used: 7.6 ms of each walking connection's definitions, for the one use); elsewhere they expand into one. A CTE that only reads one of them is
--- `not materialized`: DuckDB materializes a CTE read more than once, which copied the shared table (the lanes of
--- MI300X resnet x4, 393k rows: the critical path 0.57 -> 0.49 s, its peak 230 -> 180 MB). Only integer keys and
--- times go through the sorts and joins; names and kinds are joined to the segments at the end.
+-- In four macros: the events, the call trees, the lanes (the states with their predecessors, laid out in lanes; these
+-- three independent of the windows), the walk of each window (_critical_path_walk; critical_path_segments numbers and
+-- names its segments, and step_critical_paths walks the step windows for the sums, which need neither: on a 53 MB
+-- inference trace whose path runs through 297k segments, the sort and the names were 0.17 of its 0.46 CPU s). A
+-- connection that materializes the events, the call trees and the lanes (catalog.SHARED_TABLE_MACROS) runs each as a
+-- statement of its own, whose sorts and joins are freed before the next one starts (in one statement they set a
+-- report's peak memory, bench/RESULTS.md); the states go straight into the lanes' sort (a table of them, 316k rows on
+-- OWLv2, was written and read again for nothing: the two statements took 6% more instructions, for the same peak), and
+-- are CTEs of the lanes' macro, not a macro of their own (DuckDB binds a table macro where it is defined and again
+-- where it is used: 7.6 ms of each walking connection's definitions, for the one use); elsewhere they expand into one.
+-- A CTE that only reads one of them is `not materialized`: DuckDB materializes a CTE read more than once, which copied
+-- the shared table (the lanes of MI300X resnet x4, 393k rows: the critical path 0.57 -> 0.49 s, its peak 230 -> 180
+-- MB). Only integer keys and times go through the sorts and joins; names and kinds are joined to the segments at the
+-- end.
 -- _critical_path_category(name): a segment's category as an ENUM of the category names in their text order (a
 -- sort or tie on it is the text's): one byte a row through the states, lanes and walk, where the names as text were
 -- copied, checked and hashed row by row (the analyses that show a category turn it back into text)
