@@ -4,14 +4,13 @@ it drops from the page cache before timing."""
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import sys
 
 import pytest
 
 from bench.measure import Run, Summary, cores_needed, evict_libraries, failure, rounds_where, rounds_within
+from tests.support.page_cache import page_cache
 
 
 def summary(*walls: float) -> Summary:
@@ -70,31 +69,12 @@ def test_the_shared_libraries_of_each_environment_are_dropped_once_and_nothing_e
     assert evict_libraries([tmp_path / "missing"]) == (0, 0)
 
 
-def resident_pages(path) -> int:
-    """How many of PATH's pages are in the page cache: mincore(2) over a fresh mapping, which reads nothing in."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    size = os.path.getsize(path)
-    vector = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
-    with open(path, "rb") as f:
-        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
-    assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-    try:
-        assert libc.mincore(address, size, vector) == 0, os.strerror(ctypes.get_errno())
-    finally:
-        libc.munmap(address, size)
-    return sum(v & 1 for v in vector)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and posix_fadvise as Linux has them")
 def test_a_library_just_written_leaves_the_page_cache(tmp_path):
     library = tmp_path / "venv" / "libbig.so.1"
     library.parent.mkdir()
     library.write_bytes(os.urandom(4 * 2**20))  # written, not yet synced: dirty pages, which DONTNEED alone keeps
-    if resident_pages(library) == 0:
-        pytest.skip(f"{tmp_path} keeps no page cache this test can see")
+    before = page_cache(library)
+    if not before or not before.dirty:
+        pytest.skip(f"no dirty page to see on {tmp_path} (cachestat: {before})")
     assert evict_libraries([tmp_path / "venv"]) == (1, 4 * 2**20)
-    assert resident_pages(library) == 0
+    assert page_cache(library).cached == 0

@@ -3,11 +3,9 @@ an output never overwrites or deletes an input; strings from traces never become
 
 from __future__ import annotations
 
-import ctypes
 import gzip
 import json
 import os
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -24,6 +22,7 @@ from tracekit.errors import InputError
 from tracekit.output import dataset, files, graph, xlsx
 from tracekit.output import workbooks as report
 from tracekit.output.files import opened_output, write_output_file
+from tests.support.page_cache import page_cache
 
 
 class Boom(Exception):
@@ -134,23 +133,6 @@ def test_a_writeback_starts_on_the_file_and_changes_no_byte(tmp_path, monkeypatc
         assert size < len(data)  # the bytes compressed before it, not yet all
 
 
-def dirty_pages(path: Path) -> int | None:
-    """The pages of PATH in the page cache not yet written to disk (Linux's cachestat, 6.5 and later), or None."""
-    class Range(ctypes.Structure):
-        _fields_ = [("offset", ctypes.c_uint64), ("length", ctypes.c_uint64)]
-
-    class Stat(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_uint64) for name in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
-
-    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
-        return None
-    stat = Stat()
-    with open(path, "rb") as f:
-        done = ctypes.CDLL(None, use_errno=True).syscall(451, f.fileno(), ctypes.byref(Range(0, 0)),
-                                                          ctypes.byref(stat), 0)  # 451: cachestat on x86_64
-    return stat.dirty if done == 0 else None
-
-
 @pytest.mark.parametrize("compressed", [True, False])
 def test_a_writeback_started_leaves_no_page_unwritten(tmp_path, compressed):
     """The real call: the pages written before it go to disk now, not when the kernel's flusher comes round (30 s
@@ -162,14 +144,14 @@ def test_a_writeback_started_leaves_no_page_unwritten(tmp_path, compressed):
             out.write(b"")  # the thread has written the first once it takes this
         out.flush()
         time.sleep(0.2)
-        before = dirty_pages(target)
-        if not before:
-            pytest.skip(f"no dirty pages to see on {tmp_path} (cachestat: {before}; a file system without writeback)")
+        before = page_cache(target)
+        if not before or not before.dirty:
+            pytest.skip(f"no dirty page to see on {tmp_path} (cachestat: {before}; a file system without writeback)")
         out.start_writeback()
         deadline = time.monotonic() + 5
-        while dirty_pages(target) and time.monotonic() < deadline:
+        while page_cache(target).dirty and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert dirty_pages(target) == 0
+        assert page_cache(target).dirty == 0
 
 
 def test_a_compressing_output_raises_the_thread_s_error(tmp_path, monkeypatch):
