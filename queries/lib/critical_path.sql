@@ -426,9 +426,9 @@ create or replace macro _critical_path_walk(windows) as table
     ),
     -- each run's states, looked up by position (numbered across lanes and ranks) in two equi-joins whose build
     -- sides stay small: the whole blocks of 64 positions inside a run by block, its other positions (its ends, a
-    -- short run whole) one by one. One join by position hashed every state on the path (SD3.5: 274k, 32 of the
-    -- query's 135 ms; 11 ms so); by block alone, a block crossed by many short runs (a path that changes lanes
-    -- every few states) would compare each of its states with each of those runs
+    -- short run whole) one by one. One join by position hashed every state on the path (SD3.5: 274k, 32 of
+    -- timeline_path_runs' 135 ms; these two take 11); by block alone, a block crossed by many short runs (a path
+    -- that changes lanes every few states) would compare each of its states with each of those runs
     cp_run_blocks as not materialized (
         select rank, window_id, window_start, iteration, lane, cursor, next_run_cursor, low_pos, top_pos,
                (low_pos + 63) // 64 as first_block, (top_pos + 1) // 64 as end_block
