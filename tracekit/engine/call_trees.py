@@ -75,11 +75,11 @@ def _positions(rank: np.ndarray, ids: np.ndarray, wanted: np.ndarray) -> np.ndar
     rank_code = np.cumsum(np.r_[False, rank[1:] != rank[:-1]])
     low = min(int(ids.min()), int(wanted.min()))
     span = max(int(ids.max()), int(wanted.max())) - low + 1
-    if (int(rank_code[-1]) + 1) * span >= 2**62:
+    size = (int(rank_code[-1]) + 1) * span  # of the (rank, id) keys' range
+    if size >= 2**62:
         raise ValueError("event ids span too wide to pack with their ranks")
     keys = rank_code * span + (ids - low)
     wanted_keys = rank_code * span + (wanted - low)
-    size = (int(rank_code[-1]) + 1) * span
     if size <= 4 * len(ids) + 4096:
         at = np.full(size, -1, np.int64)
         at[keys] = np.arange(len(ids))
