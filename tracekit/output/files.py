@@ -128,9 +128,9 @@ def write_output_file(path: str | Path, write: Callable[[Path], object], inputs:
 class CompressingBeside:
     """A gzip file (its fastest level) written by a thread of its own: `write` hands the bytes over and returns,
     so the caller makes the next ones while zlib compresses these without the GIL. At most one write waits beside
-    the one being compressed (the timeline's are Polars' ~7 MB each: bounded). The file gets the bytes gzip.open
-    would, in the same writes in the same order. An error of the thread is raised at the next `write`, or at
-    `close`."""
+    the one being compressed (the timeline's: a batch of its events each, ~3.5 MB: bounded). The file gets the
+    bytes gzip.open would, in the same writes in the same order. An error of the thread is raised at the next
+    `write`, or at `close`."""
 
     def __init__(self, path: Path):
         self.file = gzip.open(path, "wb", compresslevel=1)
