@@ -47,9 +47,10 @@ def check_file(doc) -> dict:
     by_track = defaultdict(list)
     for e in slices:
         by_track[e["pid"], e["tid"]].append((micros_to_ns(e["ts"]), micros_to_ns(e["ts"]) + micros_to_ns(e["dur"])))
-    # no two slices of a track overlap unless one holds the other
+    # each track's slices come in time order, enclosing slices first (the order the sub-tracks were swept in), and
+    # no two of them overlap unless one holds the other
     for track, spans in by_track.items():
-        spans.sort(key=lambda s: (s[0], -s[1]))
+        assert spans == sorted(spans, key=lambda s: (s[0], -s[1])), f"track {track}'s slices out of time order"
         for i, (ts, end) in enumerate(spans):
             later = i + 1  # the slices starting before this one ends (an index: a slice of the list would copy it)
             while later < len(spans) and spans[later][0] < end:

@@ -118,11 +118,13 @@ def placed_slices(con, tables: TraceTables, step: int | None, critical_path: boo
                       "process_order": [r * 1000 for r in ranks]},
                      schema={"process": pl.String, "process_order": pl.Int64}),
     ], how="vertical_relaxed").sort("process_order", "process").with_row_index("pid", offset=1)
-    slices = slices.join(processes.select("process", "pid"), on="process")
+    # (the joins keep the slices' order, the file's: Polars guarantees no order to a join not told to)
+    slices = slices.join(processes.select("process", "pid"), on="process", maintain_order="left")
     tracks = (slices.select("pid", "track_key", "track", "track_order", "lane").unique(["pid", "track_key", "lane"])
               .sort("pid", "track_order", "track_key", "lane")
               .with_columns(tid=pl.int_range(1, pl.len() + 1).over("pid").cast(pl.Int64)))
-    slices = slices.join(tracks.select("pid", "track_key", "lane", "tid"), on=["pid", "track_key", "lane"])
+    slices = slices.join(tracks.select("pid", "track_key", "lane", "tid"), on=["pid", "track_key", "lane"],
+                         maintain_order="left")
     return slices, processes, tracks
 
 
