@@ -342,7 +342,7 @@ def mark_deciders(section: Section, compared: pl.DataFrame) -> pl.DataFrame:
               .group_by("key", "rank", maintain_order=True).first().select("row"))
     chosen_rows = candidates.join(chosen, on="row", how="semi").select("key", "rank", "metric", decides=pl.lit(True))
     return (ranked.drop("priority", "significant", "change")
-            .join(chosen_rows, on=["key", "rank", "metric"], how="left", nulls_equal=True)
+            .join(chosen_rows, on=["key", "rank", "metric"], how="left", nulls_equal=True, maintain_order="left")
             .with_columns(pl.col("decides").fill_null(False)))
 
 

@@ -111,7 +111,8 @@ def collective_measures(con, side: Side, section: Section, warmup: tuple[int, ..
                               for m in means])
                    .sort("step").group_by("rank", *section.keys, maintain_order=True)
                    .agg(samples=pl.col("busbw_gbps").cast(pl.Float64)))
-        bandwidth = bandwidth.join(samples, on=["rank", *section.keys], how="left", nulls_equal=True)
+        bandwidth = bandwidth.join(samples, on=["rank", *section.keys], how="left", nulls_equal=True,
+                                   maintain_order="left")
     else:
         bandwidth = bandwidth.with_columns(samples=pl.lit(None, pl.List(pl.Float64)))
     bandwidth = keyed(bandwidth, section).with_columns(metric=pl.lit("busbw_gbps"))
@@ -148,7 +149,7 @@ def op_rate_measures(con, side: Side, section: Section, warmup: tuple[int, ...])
                               for index, rank in levels])
                    .sort("step").group_by("rank", *section.keys, maintain_order=True)
                    .agg(samples=pl.col("tflops_per_s").drop_nulls().cast(pl.Float64)))
-        rate = rate.join(samples, on=["rank", *section.keys], how="left", nulls_equal=True)
+        rate = rate.join(samples, on=["rank", *section.keys], how="left", nulls_equal=True, maintain_order="left")
     else:
         rate = rate.with_columns(samples=pl.lit(None, pl.List(pl.Float64)))
     rate = keyed(rate, section).with_columns(metric=pl.lit("tflops_per_s"))
@@ -224,7 +225,7 @@ def breakdown_measures(totals: pl.DataFrame, per_step: pl.DataFrame | None, warm
                      .select(pl.lit(None, pl.Int32).alias("rank"), "step", "category", "value"))
         samples = (pl.concat([filled, all_ranks]).sort("step")
                    .group_by("rank", "category", maintain_order=True).agg(samples=pl.col("value")))
-    return (values.join(samples, on=["rank", "category"], how="left", nulls_equal=True)
+    return (values.join(samples, on=["rank", "category"], how="left", nulls_equal=True, maintain_order="left")
             .with_columns(key=pl.struct("category"), metric=pl.lit("time_ms"))
             .select("key", *MEASURE_SCHEMA))
 

@@ -146,6 +146,7 @@ def scoped_rows(con: duckdb.DuckDBPyConnection) -> dict[str, pa.Table]:
 def unscoped(frame: pl.DataFrame, scopes: pl.DataFrame) -> pl.DataFrame:
     """A result computed per scope rank, with its real (rank, step) in place of the scope rank."""
     return (frame.rename({"rank": "scope_rank"})
-            .join(scopes.with_columns(pl.col("scope_rank").cast(frame.schema["rank"])), on="scope_rank", how="left")
+            .join(scopes.with_columns(pl.col("scope_rank").cast(frame.schema["rank"])), on="scope_rank", how="left",
+                  maintain_order="left")
             .drop("scope_rank")
             .select("rank", "step", pl.exclude("rank", "step")))
