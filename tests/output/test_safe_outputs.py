@@ -22,6 +22,7 @@ from tracekit.errors import InputError
 from tracekit.output import dataset, files, graph, xlsx
 from tracekit.output import workbooks as report
 from tracekit.output.files import opened_output, write_output_file
+from tests.support.gzip_files import gzip_header_name
 from tests.support.page_cache import page_cache
 
 
@@ -133,6 +134,20 @@ def test_a_writeback_starts_on_the_file_and_changes_no_byte(tmp_path, monkeypatc
         assert size < len(data)  # the bytes compressed before it, not yet all
 
 
+def test_a_compressed_output_names_the_final_file_in_its_header(tmp_path):
+    """Written to a temporary file and renamed, a .gz output's header still names the file the reader gets, as
+    gzip does (`gunzip -N` restores that name): not the temporary one."""
+    target = tmp_path / "timeline.json.gz"
+
+    def write(temp):
+        with opened_output(temp, True, target.name) as out:
+            out.write(b"rows\n")
+
+    write_output_file(target, write)
+    assert gzip_header_name(target.read_bytes()) == b"timeline.json"
+    assert gzip.decompress(target.read_bytes()) == b"rows\n"
+
+
 @pytest.mark.parametrize("compressed", [True, False])
 def test_a_writeback_started_leaves_no_page_unwritten(tmp_path, compressed):
     """The real call: the pages written before it go to disk now, not when the kernel's flusher comes round (30 s
@@ -162,7 +177,7 @@ def test_a_compressing_output_raises_the_thread_s_error(tmp_path, monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(gzip, "open", lambda *args, **kwargs: Full())
+    monkeypatch.setattr(gzip, "GzipFile", lambda *args, **kwargs: Full())
     with pytest.raises(OSError, match="No space left"), opened_output(tmp_path / "out.gz", True) as out:
         for _ in range(100):  # a later write raises it, or the end of the block does
             out.write(b"some bytes")

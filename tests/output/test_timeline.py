@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import shared_trace
+from tests.support.gzip_files import gzip_header_name
 from tests.trace_events import kernel, launch
 from tracekit import synth
 from tracekit.analyses import run
@@ -207,6 +208,7 @@ def test_real_single_rank(trace, tmp_path):
     tables = load([shared_trace(trace)])
     out = tmp_path / "t.json.gz"
     write_timeline(tables, out)
+    assert gzip_header_name(out.read_bytes()) == b"t.json"  # the file's own name, not the temporary one's
     doc = check_file(read(out))
     syncs = pl.from_arrow(tables.edges).filter(pl.col("kind") == "sync").height
     assert sum(1 for flow in doc["flows"] if flow[1] == "sync") == syncs

@@ -129,11 +129,17 @@ class CompressingBeside:
     """A gzip file (its fastest level) written by a thread of its own: `write` hands the bytes over and returns,
     so the caller makes the next ones while zlib compresses these without the GIL. At most one write waits beside
     the one being compressed (the timeline's: a batch of its events each, ~3.5 MB: bounded). The file gets the
-    bytes gzip.open would, in the same writes in the same order. An error of the thread is raised at the next
-    `write`, or at `close`."""
+    bytes gzip.open would, in the same writes in the same order, but for the name in the header: NAME's, the file
+    the reader gets (`gunzip -N` restores it), where gzip.open would name the temporary file being written
+    (".t.json.gz.2418e2e9.partial"). An error of the thread is raised at the next `write`, or at `close`."""
 
-    def __init__(self, path: Path):
-        self.file = gzip.open(path, "wb", compresslevel=1)
+    def __init__(self, path: Path, name: str | None = None):
+        self.raw = open(path, "wb")
+        try:
+            self.file = gzip.GzipFile(name or path.name, "wb", compresslevel=1, fileobj=self.raw)
+        except BaseException:
+            self.raw.close()
+            raise
         self.pending: queue.Queue = queue.Queue(maxsize=1)
         self.failed: list[Exception] = []
         self.thread = threading.Thread(target=self._compress, name="tracekit-gzip", daemon=True)
@@ -168,7 +174,10 @@ class CompressingBeside:
         """Wait for the thread to write what it was given, then close the file."""
         self.pending.put(None)
         self.thread.join()
-        self.file.close()
+        try:
+            self.file.close()
+        finally:
+            self.raw.close()
         if self.failed:
             raise self.failed[0]
 
@@ -236,11 +245,11 @@ def _sync_file_range():
 
 
 @contextmanager
-def opened_output(path: Path, compressed: bool) -> Iterator[CompressingBeside | PlainOutput]:
+def opened_output(path: Path, compressed: bool, name: str | None = None) -> Iterator[CompressingBeside | PlainOutput]:
     """PATH open for writing bytes (`write`, `start_writeback`); with `compressed`, gzip compressed beside the writer
-    (`CompressingBeside`): on the main thread it was 0.29 s of SD3.5's ~3.8 s timeline, one core idle meanwhile
-    (bench/RESULTS.md)."""
-    out = CompressingBeside(path) if compressed else PlainOutput(path)
+    (`CompressingBeside`; NAME, the final file's, in its header): on the main thread it was 0.29 s of SD3.5's ~3.8 s
+    timeline, one core idle meanwhile (bench/RESULTS.md)."""
+    out = CompressingBeside(path, name) if compressed else PlainOutput(path)
     try:
         yield out
     finally:
