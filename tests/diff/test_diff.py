@@ -620,6 +620,21 @@ def test_a_run_of_one_step_a_rank_is_summarised_without_steps(trace):
     assert part.steps.height == 1 and part.per_step["op_summary"].height
 
 
+def test_ranks_of_one_step_each_numbered_apart_are_summarised_without_steps():
+    # Two ranks of one ProfilerStep each, numbered apart (H100 Qwen's #6, the A100 Triton trace's #1): two step
+    # numbers in all, so the walk starts beside the step scoping, which then declines (no rank holds two); the other
+    # analyses run after the walk, on its database. Each result must still be the analysis over the trace alone.
+    tables = tracekit.load([shared_trace("nvidia/h100_qwen1.5-0.5b.json.gz"),
+                            shared_trace("nvidia/a100_triton_cuLaunchKernel.json.gz")], as_ranks=True)
+    side = diff.summarize(tables, "a")
+    assert side.per_step == {} and side.steps.height == 0
+    alone = analyses.run_all(tables, list(side.results))
+    assert side.results.keys() == alone.keys() >= {"critical_path_summary", "op_summary", "steps"}
+    assert side.results["steps"]["rank"].n_unique() == 2
+    for name, frame in side.results.items():
+        assert_frame_equal(frame, alone[name], check_exact=True)
+
+
 @pytest.mark.parametrize("trace", [f"{WORKERS}/workers0.pt.trace.json.gz", "multirank/meta_trainer_128ranks_sampled",
                                    "nvidia/a100_trainer_rank0of16_cudagraph.json.gz"])
 def test_a_sides_results_are_the_analyses_over_the_whole_trace(trace):

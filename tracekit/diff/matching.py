@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import polars as pl
 import pyarrow as pa
@@ -75,29 +76,35 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
     another part's hold more)."""
     names = totals_analyses(sections)
     stepwise = [n for n in per_step_analyses(sections) if n in names]
-    # With steps, two runs side by side (each leaves a core idle while its last analyses end: V100 pair 3.92 ->
-    # 3.50 s, peak 412 -> 475 MB, both runs' tables living together). The walk goes on the whole trace's
-    # connection: over every step's pseudo-rank too it would cost twice (the diff's costliest analysis, one statement
-    # after another). Everything else goes beside, with the per-step analyses, whose shared tables (op calls, launch
-    # ancestors, GPU op owners) the whole trace's connection computed again for op_summary, steps and gpu_timeline:
-    # a side of the V100 pair 1.33 -> 1.11 s, 2.25 -> 1.89 CPU s; H100 Qwen 0.69 -> 0.59 s (bench/RESULTS.md).
-    # An error or Ctrl-C here does not wait for the run beside: the program ends without it.
+    # With steps, two runs side by side. The walk goes on the whole trace's database, over the whole trace alone (over
+    # every step's pseudo-rank too it would cost twice: the diff's costliest analysis, one statement after another),
+    # on a cursor of its own from before the steps are scoped: the scoping, on one core, left the other idle (a side
+    # of the V100 pair ~0.13 s; the pair 2.97 -> 2.83 s, 4.40 -> 4.20 CPU s, bench/RESULTS.md). It reads only the
+    # step windows, made first (steps_of), so it and the walk compute no shared table twice. Everything else runs over
+    # the whole trace and every step's pseudo-rank together, on a database of its own, whose shared tables (op calls,
+    # launch ancestors, GPU op owners) the whole trace's database computed again for op_summary, steps and
+    # gpu_timeline: a side of the V100 pair 1.33 -> 1.11 s, 2.25 -> 1.89 CPU s; H100 Qwen 0.69 -> 0.59 s.
     walks = [n for n in names if catalog.walks_critical_path(n)]
+    others = [n for n in names if n not in walks]
+    min_steps = 2 if whole_run else 1
     failed: dict[str, str] = {}
     failed_beside: dict[str, str] = {}
-    pool = ThreadPoolExecutor(1, thread_name_prefix="tracekit-steps")
-    try:
-        with catalog.connect(tables, materialize=True) as con:
-            with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise), min_steps=2 if whole_run else 1)
-            beside = (pool.submit(whole_and_per_step, *with_steps, [n for n in names if n not in walks], failed_beside)
-                      if with_steps else None)
-            done = analyses.run_all(tables, names if beside is None else walks, failed, con=con,
-                                    free_shared=True)  # the last run on con
-        if beside is not None:
-            whole, per_step = beside.result()
+    with catalog.connect(tables, materialize=True) as con:
+        stepped = bool(walks) and len(step_scope.steps_of(con)) >= min_steps
+        walking = (analyses.in_background(con, tables, lambda cur: analyses.run_all(tables, walks, failed, con=cur,
+                                                                                     free_shared=True))
+                   if stepped else nullcontext(None))
+        with walking as walked:
+            with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise), min_steps=min_steps)
+            if with_steps is not None:
+                whole, per_step = whole_and_per_step(*with_steps, others, failed_beside)
+            done = walked() if walked else {}
+        # no steps to scope (or too few on every rank): what is left runs on con, after the walk
+        left = walks if with_steps is not None else names
+        done |= analyses.run_all(tables, [n for n in left if n not in done and n not in failed], failed, con=con,
+                                 free_shared=True)  # the last run on con
+        if with_steps is not None:
             done |= whole
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
     results = {n: done[n] for n in names if n in done}
     failures = failed | failed_beside
     if with_steps is None:
