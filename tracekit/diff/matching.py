@@ -90,12 +90,14 @@ def summarize_ranks(tables: TraceTables, sections: dict[str, Section] = SECTIONS
     failed: dict[str, str] = {}
     failed_beside: dict[str, str] = {}
     with catalog.connect(tables, materialize=True) as con:
-        stepped = bool(walks) and len(step_scope.steps_of(con)) >= min_steps
+        steps = step_scope.steps_of(con)  # (the step windows: made here, before the walk starts beside the scoping)
+        stepped = bool(walks) and len(steps) >= min_steps
         walking = (analyses.in_background(con, tables, lambda cur: analyses.run_all(tables, walks, failed, con=cur,
                                                                                      free_shared=True))
                    if stepped else nullcontext(None))
         with walking as walked:
-            with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise), min_steps=min_steps)
+            with_steps = step_scope.with_every_step(con, tables, rows=bool(stepwise), min_steps=min_steps,
+                                                    steps=steps)
             if with_steps is not None:
                 whole, per_step = whole_and_per_step(*with_steps, others, failed_beside)
             done = walked() if walked else {}
